@@ -1,7 +1,15 @@
 // Package blockfs is a flat-file go-datastore for content blocks: one file
-// per key, in a folder sharded by two characters of the key, written to a
-// temporary file and renamed into place, so a reader (or a process that
-// restarts after a crash) sees a block whole or not at all.
+// per key, all in one folder, written to a temporary file and renamed into
+// place, so a reader (or a process that restarts after a crash) sees a block
+// whole or not at all.
+//
+// The folder is not sharded. Capsule blocks are 1 MiB, so even a 1 TB cache
+// is about a million files, which ext4 and XFS index within one directory;
+// sharding (Kubo's flatfs makes 1024 folders) made a fresh store create a
+// folder for nearly every block of its first gigabyte, and on ext4 creating
+// files spread over many folders costs several times the CPU of creating
+// them in one. Open moves the blocks of a store written with the older
+// two-character shards into the flat layout.
 //
 // Keys are a single path component of [A-Za-z0-9_+=-] (what
 // boxo's blockstore makes of a multihash with its NoPrefix option: base32
@@ -40,10 +48,9 @@ type Datastore struct {
 	dir      string
 	noDirect atomic.Bool // O_DIRECT refused here: write through the page cache
 
-	mu        sync.Mutex
-	shards    map[string]bool     // shard folders known to exist
-	dirty     map[string]struct{} // files written since the last Sync
-	dirtyDirs map[string]struct{} // folders changed since the last Sync
+	mu       sync.Mutex
+	dirty    map[string]struct{} // files written since the last Sync
+	dirtyDir bool                // the folder changed since the last Sync
 }
 
 var _ datastore.Batching = (*Datastore)(nil)
@@ -52,35 +59,68 @@ var _ datastore.Batching = (*Datastore)(nil)
 // to its temporary file and before that file is renamed into place.
 var testHookBeforeRename func(tmp string)
 
-// Open opens (creating it if needed) the datastore in dir and removes
-// temporary files that a crashed writer left behind.
+// Open opens (creating it if needed) the datastore in dir, removes
+// temporary files that a crashed writer left behind, and moves the blocks of
+// the older sharded layout into dir.
 func Open(dir string) (*Datastore, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("blockfs: create %s: %w", dir, err)
 	}
-	d := &Datastore{dir: dir, shards: map[string]bool{}, dirty: map[string]struct{}{}, dirtyDirs: map[string]struct{}{}}
-	shards, err := os.ReadDir(dir)
+	d := &Datastore{dir: dir, dirty: map[string]struct{}{}}
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("blockfs: open %s: %w", dir, err)
 	}
-	for _, sh := range shards {
-		if !sh.IsDir() {
-			continue
-		}
-		d.shards[sh.Name()] = true
-		ents, err := os.ReadDir(filepath.Join(dir, sh.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("blockfs: open %s: %w", dir, err)
-		}
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), tmpPrefix) {
-				if err := os.Remove(filepath.Join(dir, sh.Name(), e.Name())); err != nil {
-					return nil, fmt.Errorf("blockfs: removing a stale temporary file: %w", err)
-				}
+	migrated := false
+	for _, e := range ents {
+		switch {
+		case strings.HasPrefix(e.Name(), tmpPrefix):
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return nil, fmt.Errorf("blockfs: removing a stale temporary file: %w", err)
 			}
+		case e.IsDir() && len(e.Name()) == 2 && validName(e.Name()):
+			if err := d.unshard(e.Name()); err != nil {
+				return nil, err
+			}
+			migrated = true
+		}
+	}
+	if migrated {
+		if err := syncPath(dir); err != nil {
+			return nil, fmt.Errorf("blockfs: open %s: %w", dir, err)
 		}
 	}
 	return d, nil
+}
+
+// unshard moves the blocks in the shard folder name (the older layout) into
+// the datastore's folder and removes the shard. A block already in place is
+// kept; temporary files are dropped.
+func (d *Datastore) unshard(name string) error {
+	shard := filepath.Join(d.dir, name)
+	ents, err := os.ReadDir(shard)
+	if err != nil {
+		return fmt.Errorf("blockfs: open %s: %w", d.dir, err)
+	}
+	for _, e := range ents {
+		from := filepath.Join(shard, e.Name())
+		if e.Type().IsRegular() && validName(e.Name()) {
+			to := filepath.Join(d.dir, e.Name())
+			if _, err := os.Lstat(to); errors.Is(err, fs.ErrNotExist) {
+				if err := os.Rename(from, to); err != nil {
+					return fmt.Errorf("blockfs: moving %s out of shard %s: %w", e.Name(), name, err)
+				}
+				continue
+			}
+		}
+		if err := os.RemoveAll(from); err != nil {
+			return fmt.Errorf("blockfs: clearing shard %s: %w", name, err)
+		}
+	}
+	if err := os.Remove(shard); err != nil {
+		return fmt.Errorf("blockfs: removing shard %s: %w", name, err)
+	}
+	return nil
 }
 
 // validName reports whether name is a key this datastore accepts.
@@ -99,35 +139,24 @@ func validName(name string) bool {
 	return true
 }
 
-// shardOf is the next-to-last two characters of name (the tail of a
-// multihash varies; its head does not), padded for short names.
-func shardOf(name string) string {
-	p := "__" + name
-	return p[len(p)-3 : len(p)-1]
-}
-
-// path returns the shard and file of key, or ErrBadKey. It looks at the
-// raw key string, not a cleaned one, so "/a/../b" is refused.
-func (d *Datastore) path(key datastore.Key) (shard, file string, err error) {
+// path returns the file of key, or ErrBadKey. It looks at the raw key
+// string, not a cleaned one, so "/a/../b" is refused.
+func (d *Datastore) path(key datastore.Key) (string, error) {
 	name, ok := strings.CutPrefix(key.String(), "/")
 	if !ok || !validName(name) {
-		return "", "", fmt.Errorf("%w: %q", ErrBadKey, key.String())
+		return "", fmt.Errorf("%w: %q", ErrBadKey, key.String())
 	}
-	shard = filepath.Join(d.dir, shardOf(name))
-	return shard, filepath.Join(shard, name), nil
+	return filepath.Join(d.dir, name), nil
 }
 
-// Put writes value under key: into a temporary file in the key's shard,
-// then renamed over the key's file.
+// Put writes value under key: into a temporary file, then renamed over the
+// key's file.
 func (d *Datastore) Put(ctx context.Context, key datastore.Key, value []byte) error {
-	shard, file, err := d.path(key)
+	file, err := d.path(key)
 	if err != nil {
 		return err
 	}
-	if err := d.ensureShard(shard); err != nil {
-		return err
-	}
-	tmp, err := d.writeTemp(shard, value)
+	tmp, err := d.writeTemp(value)
 	if err == nil && testHookBeforeRename != nil {
 		testHookBeforeRename(tmp)
 	}
@@ -142,7 +171,7 @@ func (d *Datastore) Put(ctx context.Context, key datastore.Key, value []byte) er
 	}
 	d.mu.Lock()
 	d.dirty[file] = struct{}{}
-	d.dirtyDirs[shard] = struct{}{}
+	d.dirtyDir = true
 	d.mu.Unlock()
 	return nil
 }
@@ -177,13 +206,13 @@ func alignedCopy(value []byte) (buf []byte, release func()) {
 	return b, func() { alignedBufs.Put(p) }
 }
 
-// writeTemp writes value to a new temporary file in shard and returns its
-// name (also on error, when the file exists).
-func (d *Datastore) writeTemp(shard string, value []byte) (string, error) {
+// writeTemp writes value to a new temporary file and returns its name (also
+// on error, when the file exists).
+func (d *Datastore) writeTemp(value []byte) (string, error) {
 	direct := oDirect != 0 && !d.noDirect.Load() && len(value) >= directMin && len(value)%directAlign == 0
 	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
 	for {
-		name := filepath.Join(shard, fmt.Sprintf("%s%016x", tmpPrefix, rand.Uint64()))
+		name := filepath.Join(d.dir, fmt.Sprintf("%s%016x", tmpPrefix, rand.Uint64()))
 		fl := flags
 		if direct {
 			fl |= oDirect
@@ -221,26 +250,9 @@ func (d *Datastore) writeTemp(shard string, value []byte) (string, error) {
 	}
 }
 
-func (d *Datastore) ensureShard(shard string) error {
-	d.mu.Lock()
-	ok := d.shards[filepath.Base(shard)]
-	d.mu.Unlock()
-	if ok {
-		return nil
-	}
-	if err := os.Mkdir(shard, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("blockfs: %w", err)
-	}
-	d.mu.Lock()
-	d.shards[filepath.Base(shard)] = true
-	d.dirtyDirs[d.dir] = struct{}{}
-	d.mu.Unlock()
-	return nil
-}
-
 // Get returns the value of key, or datastore.ErrNotFound.
 func (d *Datastore) Get(ctx context.Context, key datastore.Key) ([]byte, error) {
-	_, file, err := d.path(key)
+	file, err := d.path(key)
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +318,7 @@ func (d *Datastore) Has(ctx context.Context, key datastore.Key) (bool, error) {
 
 // GetSize returns the size of key's value, or datastore.ErrNotFound.
 func (d *Datastore) GetSize(ctx context.Context, key datastore.Key) (int, error) {
-	_, file, err := d.path(key)
+	file, err := d.path(key)
 	if err != nil {
 		return -1, err
 	}
@@ -322,7 +334,7 @@ func (d *Datastore) GetSize(ctx context.Context, key datastore.Key) (int, error)
 
 // Delete removes key; deleting a missing key is not an error.
 func (d *Datastore) Delete(ctx context.Context, key datastore.Key) error {
-	shard, file, err := d.path(key)
+	file, err := d.path(key)
 	if err != nil {
 		return err
 	}
@@ -331,7 +343,7 @@ func (d *Datastore) Delete(ctx context.Context, key datastore.Key) error {
 	}
 	d.mu.Lock()
 	delete(d.dirty, file)
-	d.dirtyDirs[shard] = struct{}{}
+	d.dirtyDir = true
 	d.mu.Unlock()
 	return nil
 }
@@ -340,23 +352,14 @@ func (d *Datastore) Delete(ctx context.Context, key datastore.Key) error {
 // value as the iteration reaches it; prefixes, filters, orders, offset and
 // limit are applied naively.
 func (d *Datastore) Query(ctx context.Context, q query.Query) (query.Results, error) {
-	shards, err := os.ReadDir(d.dir)
+	ents, err := os.ReadDir(d.dir)
 	if err != nil {
 		return nil, fmt.Errorf("blockfs: query: %w", err)
 	}
 	var names []string
-	for _, sh := range shards {
-		if !sh.IsDir() {
-			continue
-		}
-		ents, err := os.ReadDir(filepath.Join(d.dir, sh.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("blockfs: query: %w", err)
-		}
-		for _, e := range ents {
-			if e.Type().IsRegular() && validName(e.Name()) && shardOf(e.Name()) == sh.Name() {
-				names = append(names, e.Name())
-			}
+	for _, e := range ents {
+		if e.Type().IsRegular() && validName(e.Name()) {
+			names = append(names, e.Name())
 		}
 	}
 	i := 0
@@ -369,7 +372,7 @@ func (d *Datastore) Query(ctx context.Context, q query.Query) (query.Results, er
 			name := names[i]
 			i++
 			key := "/" + name
-			file := filepath.Join(d.dir, shardOf(name), name)
+			file := filepath.Join(d.dir, name)
 			e := query.Entry{Key: key}
 			if q.KeysOnly {
 				if q.ReturnsSizes {
@@ -405,8 +408,8 @@ func (d *Datastore) Query(ctx context.Context, q query.Query) (query.Results, er
 // the prefix).
 func (d *Datastore) Sync(ctx context.Context, prefix datastore.Key) error {
 	d.mu.Lock()
-	files, dirs := d.dirty, d.dirtyDirs
-	d.dirty, d.dirtyDirs = map[string]struct{}{}, map[string]struct{}{}
+	files, dirty := d.dirty, d.dirtyDir
+	d.dirty, d.dirtyDir = map[string]struct{}{}, false
 	d.mu.Unlock()
 	fail := func(err error) error {
 		// Put back what was not synced, so a later Sync tries again.
@@ -414,9 +417,7 @@ func (d *Datastore) Sync(ctx context.Context, prefix datastore.Key) error {
 		for f := range files {
 			d.dirty[f] = struct{}{}
 		}
-		for f := range dirs {
-			d.dirtyDirs[f] = struct{}{}
-		}
+		d.dirtyDir = d.dirtyDir || dirty
 		d.mu.Unlock()
 		return fmt.Errorf("blockfs: sync: %w", err)
 	}
@@ -448,8 +449,8 @@ func (d *Datastore) Sync(ctx context.Context, prefix datastore.Key) error {
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
-	for dir := range dirs {
-		if err := syncPath(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if dirty {
+		if err := syncPath(d.dir); err != nil {
 			return fail(err)
 		}
 	}
@@ -488,7 +489,7 @@ type batch struct {
 }
 
 func (b *batch) Put(ctx context.Context, key datastore.Key, value []byte) error {
-	if _, _, err := b.d.path(key); err != nil {
+	if _, err := b.d.path(key); err != nil {
 		return err
 	}
 	b.ops = append(b.ops, batchOp{key: key, value: value})
@@ -496,7 +497,7 @@ func (b *batch) Put(ctx context.Context, key datastore.Key, value []byte) error 
 }
 
 func (b *batch) Delete(ctx context.Context, key datastore.Key) error {
-	if _, _, err := b.d.path(key); err != nil {
+	if _, err := b.d.path(key); err != nil {
 		return err
 	}
 	b.ops = append(b.ops, batchOp{key: key, delete: true})

@@ -104,9 +104,9 @@ func TestOps(t *testing.T) {
 		})
 	}
 
-	// Query: keys, values, sizes, prefix, limit; a stray temporary file and
-	// a file in the wrong shard are not listed.
-	if err := os.WriteFile(filepath.Join(d.dir, shardOf("CIQA"), tmpPrefix+"123"), []byte("partial"), 0o644); err != nil {
+	// Query: keys, values, sizes, prefix, limit; a stray temporary file is
+	// not listed.
+	if err := os.WriteFile(filepath.Join(d.dir, tmpPrefix+"123"), []byte("partial"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Put(ctx, k("/CIQB"), []byte("b")); err != nil {
@@ -171,8 +171,51 @@ func TestOps(t *testing.T) {
 	if v, err := d2.Get(ctx, k("/CIQC")); err != nil || string(v) != "c" {
 		t.Fatalf("after reopen: %q, %v", v, err)
 	}
-	if _, err := os.Stat(filepath.Join(d.dir, shardOf("CIQA"), tmpPrefix+"123")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(d.dir, tmpPrefix+"123")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("stale temporary file kept: %v", err)
+	}
+}
+
+// TestUnshard opens a store written with the older two-character shard
+// folders: its blocks are moved into the flat layout, a block present in
+// both places keeps the flat copy, temporary files are dropped, and the
+// shard folders are gone.
+func TestUnshard(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	write := func(rel, data string) {
+		t.Helper()
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("QA/CIQAQAB", "a")
+	write("QA/CIQBQAC", "b")
+	write("QA/"+tmpPrefix+"1", "partial")
+	write("ZX/CIQZZXD", "shard copy")
+	write("CIQZZXD", "flat copy")
+	write("notashard/CIQE", "e") // not a shard name: left alone
+
+	d := open(t, dir)
+	for key, want := range map[string]string{"/CIQAQAB": "a", "/CIQBQAC": "b", "/CIQZZXD": "flat copy"} {
+		if v, err := d.Get(ctx, datastore.NewKey(key)); err != nil || string(v) != want {
+			t.Errorf("Get %s = %q, %v; want %q", key, v, err, want)
+		}
+	}
+	if got, want := keys(t, d, query.Query{KeysOnly: true}), []string{"/CIQAQAB", "/CIQBQAC", "/CIQZZXD"}; !slices.Equal(got, want) {
+		t.Errorf("keys %q, want %q", got, want)
+	}
+	for _, shard := range []string{"QA", "ZX"} {
+		if _, err := os.Stat(filepath.Join(dir, shard)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("shard %s still there: %v", shard, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "notashard", "CIQE")); err != nil {
+		t.Errorf("a folder that is not a shard was touched: %v", err)
 	}
 }
 
@@ -237,7 +280,7 @@ func TestCrashMidWrite(t *testing.T) {
 				t.Fatalf("child did not crash as planned: %v\n%s", err, out)
 			}
 			// The temporary file is there, as a crash leaves it.
-			tmps, _ := filepath.Glob(filepath.Join(dir, "*", tmpPrefix+"*"))
+			tmps, _ := filepath.Glob(filepath.Join(dir, tmpPrefix+"*"))
 			if len(tmps) != 1 {
 				t.Fatalf("temporary files after the crash: %v", tmps)
 			}
@@ -254,7 +297,7 @@ func TestCrashMidWrite(t *testing.T) {
 			if v, err := d.Get(ctx, datastore.NewKey("/CIQGOOD")); err != nil || !bytes.Equal(v, bytes.Repeat([]byte("g"), 1<<20)) {
 				t.Fatalf("block written before the crash: %d bytes, %v", len(v), err)
 			}
-			tmps, _ = filepath.Glob(filepath.Join(dir, "*", tmpPrefix+"*"))
+			tmps, _ = filepath.Glob(filepath.Join(dir, tmpPrefix+"*"))
 			if len(tmps) != 0 {
 				t.Fatalf("Open left temporary files: %v", tmps)
 			}
