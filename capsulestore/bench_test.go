@@ -111,22 +111,30 @@ func BenchmarkImport(b *testing.B) {
 }
 
 // BenchmarkFetchLoopback fetches a CS_BENCH_LOOPBACK_MIB (default 1024) MiB
-// file between two processes over loopback, each with its own badger store,
-// CS_BENCH_ROUNDS times (default 3, a fresh fetcher each time), with two
-// block storages alternately in the same run: blocks in badger (the store
-// opened without options, "badger") and blocks as files with WithBlockDir
-// ("files"), seed and fetcher alike. It reports each one's median rate and
-// the CPU seconds both processes spent per GiB (a measure the other load on
-// the machine disturbs less than the rate), and the ratio of the medians
-// (files / badger). The headline MiB/s and cpu_s/GiB are the files
-// variant's.
+// file between two processes over loopback, each with its own store,
+// CS_BENCH_ROUNDS times (default 3, a fresh fetcher each time), for three
+// set-ups alternately in the same run, seed and fetcher alike:
+//
+//   - "badger+stock": blocks in badger, libp2p's default transport stack;
+//   - "files+stock": blocks as flat files (WithBlockDir), the default stack;
+//   - "files+p2phost": flat files and p2phost's stack, as node and
+//     coordinator run.
+//
+// It reports each one's median rate and the CPU seconds both processes
+// spent per GiB (which the other load on the machine disturbs less than the
+// rate), and the ratios of the medians to badger+stock's. The headline
+// MiB/s and cpu_s/GiB are files+p2phost's.
 func BenchmarkFetchLoopback(b *testing.B) {
 	size := envInt("CS_BENCH_LOOPBACK_MIB", 1024) << 20
 	rounds := int(envInt("CS_BENCH_ROUNDS", 3))
 	variants := []struct {
-		name string
-		env  []string
-	}{{"badger", nil}, {"files", []string{"CS_BLOCKS=files"}}}
+		name, metric string
+		env          []string
+	}{
+		{"badger+stock", "badger_stock", []string{"CS_BLOCKS=badger", "CS_STACK=stock"}},
+		{"files+stock", "files_stock", []string{"CS_STACK=stock"}},
+		{"files+p2phost", "", nil},
+	}
 	seeds := make([]*helper, len(variants))
 	cids := make([]string, len(variants))
 	for i, v := range variants {
@@ -135,9 +143,9 @@ func BenchmarkFetchLoopback(b *testing.B) {
 		var info addResult
 		seeds[i].call(&info, "add capsule.bin")
 		cids[i] = info.CID
-	}
-	if cids[0] != cids[1] {
-		b.Fatalf("the two stores import different CIDs: %s, %s", cids[0], cids[1])
+		if cids[i] != cids[0] {
+			b.Fatalf("the stores import different CIDs: %s, %s", cids[0], cids[i])
+		}
 	}
 	gib := float64(size) / (1 << 30)
 	for range b.N {
@@ -164,20 +172,24 @@ func BenchmarkFetchLoopback(b *testing.B) {
 				rate := mibps(size, r.ElapsedMS)
 				cpuPerGiB := (c1[0] - c0[0] + c1[1] - c0[1]) / gib
 				rates[i], cpus[i] = append(rates[i], rate), append(cpus[i], cpuPerGiB)
-				b.Logf("round %d, blocks in %s: bitswap over loopback: %d MiB in %d ms = %.0f MiB/s; CPU s/GiB seed %.2f + fetcher %.2f; load %s",
+				b.Logf("round %d, %s: %d MiB in %d ms = %.0f MiB/s; CPU s/GiB seed %.2f + fetcher %.2f; load %s",
 					round, v.name, size>>20, r.ElapsedMS, rate, (c1[0]-c0[0])/gib, (c1[1]-c0[1])/gib, loadAvg())
 			}
 		}
+		base := len(variants) - 1
 		for i, v := range variants {
-			b.Logf("blocks in %s: median %.0f MiB/s (rounds %.0f), median %.2f CPU s/GiB", v.name, median(rates[i]), rates[i], median(cpus[i]))
+			b.Logf("%s: median %.0f MiB/s (rounds %.0f), median %.2f CPU s/GiB; vs badger+stock: rate %.2fx, CPU %.2fx",
+				v.name, median(rates[i]), rates[i], median(cpus[i]), median(rates[i])/median(rates[0]), median(cpus[i])/median(cpus[0]))
+			if v.metric != "" {
+				b.ReportMetric(median(rates[i]), v.metric+"_MiB/s")
+				b.ReportMetric(median(cpus[i]), v.metric+"_cpu_s/GiB")
+			}
 		}
-		b.Logf("files / badger: rate %.2fx, CPU %.2fx", median(rates[1])/median(rates[0]), median(cpus[1])/median(cpus[0]))
-		b.ReportMetric(median(rates[1]), "MiB/s")
-		b.ReportMetric(slices.Max(rates[1]), "best_MiB/s")
-		b.ReportMetric(median(cpus[1]), "cpu_s/GiB")
-		b.ReportMetric(median(rates[0]), "badger_MiB/s")
-		b.ReportMetric(median(cpus[0]), "badger_cpu_s/GiB")
-		b.ReportMetric(median(rates[1])/median(rates[0]), "files/badger")
+		b.ReportMetric(median(rates[base]), "MiB/s")
+		b.ReportMetric(slices.Min(rates[base]), "worst_MiB/s")
+		b.ReportMetric(median(cpus[base]), "cpu_s/GiB")
+		b.ReportMetric(median(rates[base])/median(rates[0]), "rate_vs_badger_stock")
+		b.ReportMetric(median(cpus[base])/median(cpus[0]), "cpu_vs_badger_stock")
 	}
 }
 

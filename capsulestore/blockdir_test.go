@@ -33,7 +33,7 @@ func TestBlockDir(t *testing.T) {
 	if err != nil {
 		t.Fatalf("verify: %v (%+v)", err, rep)
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*", "*"))
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
 	if len(files) != 7 { // 6 leaves and the root
 		t.Fatalf("%d block files, want 7: %v", len(files), files)
 	}
@@ -75,7 +75,7 @@ func TestBlockDir(t *testing.T) {
 	if err := b2.Remove(ctx, info.CID); err != nil {
 		t.Fatal(err)
 	}
-	files, _ = filepath.Glob(filepath.Join(dir, "*", "*"))
+	files, _ = filepath.Glob(filepath.Join(dir, "*"))
 	if len(files) != 0 {
 		t.Fatalf("block files left after Remove: %v", files)
 	}
@@ -114,7 +114,7 @@ func TestBlockDirMigrates(t *testing.T) {
 	if e, err := s2.Stat(ctx, info.CID); err != nil || !e.Complete || !e.Pinned {
 		t.Fatalf("index after migration: %+v, %v", e, err)
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*", "*"))
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
 	if len(files) != 5 { // 4 leaves and the root
 		t.Fatalf("%d block files, want 5", len(files))
 	}

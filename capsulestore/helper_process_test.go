@@ -44,6 +44,7 @@ import (
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/repronet/repronet/internal/badgerds"
+	"github.com/repronet/repronet/internal/p2phost"
 )
 
 const helperEnv = "CAPSULESTORE_HELPER"
@@ -61,8 +62,10 @@ func TestMain(m *testing.M) {
 
 // runPeer is the helper process. Environment: CS_DIR (data folder),
 // CS_LISTEN (libp2p listen multiaddr), CS_HTTP (optional: serve CS_DIR/files
-// over HTTP on this address), CS_BLOCKS (optional: "files" keeps blocks in
-// CS_DIR/blocks with WithBlockDir; otherwise they live in badger).
+// over HTTP on this address). By default the peer is set up as node and
+// coordinator are: blocks as files in CS_DIR/blocks (WithBlockDir) and
+// p2phost's transport stack. CS_BLOCKS=badger keeps blocks in badger
+// instead; CS_STACK=stock uses libp2p's default stack.
 func runPeer() error {
 	ctx := context.Background()
 	dir := os.Getenv("CS_DIR")
@@ -102,13 +105,17 @@ func runPeer() error {
 		return err
 	}
 	defer ds.Close()
-	h, err := libp2p.New(libp2p.ListenAddrStrings(os.Getenv("CS_LISTEN")))
+	hopts := []libp2p.Option{libp2p.ListenAddrStrings(os.Getenv("CS_LISTEN"))}
+	if os.Getenv("CS_STACK") != "stock" {
+		hopts = append(hopts, p2phost.Option())
+	}
+	h, err := libp2p.New(hopts...)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
 	opts := []Option{WithLogger(log), WithStallTimeout(30 * time.Second)}
-	if os.Getenv("CS_BLOCKS") == "files" {
+	if os.Getenv("CS_BLOCKS") != "badger" {
 		opts = append(opts, WithBlockDir(filepath.Join(dir, "blocks")))
 	}
 	s, err := Open(ctx, namespace.Wrap(ds, datastore.NewKey("/blocks")), h, opts...)

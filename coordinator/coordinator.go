@@ -43,6 +43,7 @@ import (
 	"github.com/repronet/repronet/coordinator/crosscheck"
 	"github.com/repronet/repronet/internal/badgerds"
 	"github.com/repronet/repronet/internal/identity"
+	"github.com/repronet/repronet/internal/p2phost"
 	"github.com/repronet/repronet/proto"
 	"github.com/repronet/repronet/suite/corebench"
 )
@@ -317,6 +318,7 @@ func (c *Coordinator) start(ctx context.Context, key crypto.PrivKey) error {
 		return fmt.Errorf("coordinator: load state: %w", err)
 	}
 	opts := append([]libp2p.Option{libp2p.Identity(key), libp2p.ListenAddrStrings(c.cfg.ListenAddrs...)}, c.cfg.HostOptions...)
+	opts = append(opts, p2phost.Option())
 	h, err := libp2p.New(opts...)
 	if err != nil {
 		return fmt.Errorf("coordinator: start libp2p host: %w", err)

@@ -41,6 +41,7 @@ import (
 	"github.com/repronet/repronet/capsulestore"
 	"github.com/repronet/repronet/internal/badgerds"
 	"github.com/repronet/repronet/internal/identity"
+	"github.com/repronet/repronet/internal/p2phost"
 	"github.com/repronet/repronet/proto"
 	"github.com/repronet/repronet/sandbox"
 )
@@ -208,6 +209,7 @@ func (n *Node) start(ctx context.Context) error {
 		opts = append(opts, libp2p.NoListenAddrs)
 	}
 	opts = append(opts, n.cfg.HostOptions...)
+	opts = append(opts, p2phost.Option())
 	h, err := libp2p.New(opts...)
 	if err != nil {
 		return fmt.Errorf("node: start libp2p host: %w", err)

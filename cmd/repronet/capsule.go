@@ -25,6 +25,7 @@ import (
 	"github.com/repronet/repronet/capsulestore/origin"
 	"github.com/repronet/repronet/internal/badgerds"
 	"github.com/repronet/repronet/internal/identity"
+	"github.com/repronet/repronet/internal/p2phost"
 )
 
 const capsuleUsage = `Usage: repronet capsule <command> [flags] [args]
@@ -210,7 +211,7 @@ func openStore(ctx context.Context, dataDir string, sn storeNet, log *slog.Logge
 			}
 			lopts = append(lopts, libp2p.Identity(k))
 		}
-		host, err := libp2p.New(lopts...)
+		host, err := libp2p.New(append(lopts, p2phost.Option())...)
 		if err != nil {
 			o.Close()
 			return nil, fmt.Errorf("start libp2p host: %w", err)
