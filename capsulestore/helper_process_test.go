@@ -273,7 +273,11 @@ func helperImport(ctx context.Context, dir string, f []string, log *slog.Logger)
 		return nil, err
 	}
 	defer ds.Close()
-	s, err := Open(ctx, namespace.Wrap(ds, datastore.NewKey("/blocks")), nil, WithLogger(log))
+	opts := []Option{WithLogger(log)}
+	if os.Getenv("CS_BLOCKS") != "badger" {
+		opts = append(opts, WithBlockDir(filepath.Join(dir, "blocks")))
+	}
+	s, err := Open(ctx, namespace.Wrap(ds, datastore.NewKey("/blocks")), nil, opts...)
 	if err != nil {
 		return nil, err
 	}
