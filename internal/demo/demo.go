@@ -126,7 +126,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := waitForNodes(ctx, coord, cfg.Nodes); err != nil {
 		return Result{}, err
 	}
-	say("- %d nodes announced %d slots each (1 CPU / 4 GiB)", cfg.Nodes, cfg.SlotsPerNode)
+	say("- %d nodes announced %d slots each (1 CPU / 4 GiB); they listen on loopback and serve each other capsules", cfg.Nodes, cfg.SlotsPerNode)
 
 	levels := []corebench.Level{corebench.Easy, corebench.Medium, corebench.Hard}
 	for _, agent := range sample.AgentNames() {
@@ -232,7 +232,10 @@ func startNodes(ctx context.Context, cfg Config, coordAddr, socket string) ([]no
 			stopNodes(procs, cfg.Logger)
 			return nil, fmt.Errorf("demo: node %d log: %w", i, err)
 		}
+		// Each node listens on loopback, so the nodes can serve each other
+		// the capsules they hold (the coordinator names them as providers).
 		cmd := exec.Command(cfg.Binary, "node", "--data", dir, "--coordinator", coordAddr,
+			"--listen", "/ip4/127.0.0.1/tcp/0",
 			"--slots", fmt.Sprint(cfg.SlotsPerNode), "--containerd", socket, "--namespace", fmt.Sprintf("repronet-demo-node-%d", i))
 		cmd.Stdout, cmd.Stderr = logf, logf
 		// The nodes die with the demo, whatever ends it.
