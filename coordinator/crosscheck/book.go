@@ -93,11 +93,17 @@ func (b *Book) node(node string) *NodeRecord {
 	return r
 }
 
-func (b *Book) quarantined() map[string]bool {
-	q := map[string]bool{}
-	for n, r := range b.Nodes {
-		if r.Quarantined {
-			q[n] = true
+// quarantinedAmong returns which of the nodes with a replica of a are
+// quarantined: all that Decide looks up. (Building it from every node in
+// the book made each placement cost O(nodes).)
+func (b *Book) quarantinedAmong(a *Attempt) map[string]bool {
+	var q map[string]bool
+	for _, r := range a.Replicas {
+		if rec, ok := b.Nodes[r.Node]; ok && rec.Quarantined {
+			if q == nil {
+				q = map[string]bool{}
+			}
+			q[r.Node] = true
 		}
 	}
 	return q
@@ -414,7 +420,7 @@ func (b *Book) decideOne(id string, eff *Effects) []string {
 	a := b.Attempts[id]
 	var quarantined []string
 	for {
-		d := Decide(b.Policy, *a, b.quarantined())
+		d := Decide(b.Policy, *a, b.quarantinedAmong(a))
 		again := false
 		for _, rv := range d.Replicas {
 			r := &a.Replicas[rv.Index]

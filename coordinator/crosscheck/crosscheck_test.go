@@ -446,9 +446,8 @@ func TestBookFlow(t *testing.T) {
 	if data2, _ := json.Marshal(&again); string(data2) != string(data) {
 		t.Error("JSON round trip changed the book")
 	}
-	q := again.quarantined()
 	for id, a := range again.Attempts {
-		if d := Decide(again.Policy, *a, q); !reflect.DeepEqual(d, a.Decision) {
+		if d := Decide(again.Policy, *a, again.quarantinedAmong(a)); !reflect.DeepEqual(d, a.Decision) {
 			t.Errorf("%s decided differently after reload: %+v vs %+v", id, d, a.Decision)
 		}
 	}
