@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/ipfs/go-datastore"
 
@@ -18,7 +20,9 @@ import (
 // Public, read-only: GET /api/leaderboards (the boards: one per suite,
 // level and scoring), /api/leaderboard/entries (one entry per run of an
 // agent on a task at a level, with its cross-check status), /api/leaderboard
-// (the boards flattened into rows), /api/nodes and /api/repro/{id}.
+// (the boards flattened into rows), /api/nodes and /api/repro/{id}. The
+// three board paths serve snapshots at most Config.PublicBoardsEvery old
+// (Last-Modified says when each was taken), live to admin requests.
 // Nothing public holds a gold answer,
 // an agent's answer, an attempt or node ID a node could use to tell a
 // canary from a replica, or a canary at all.
@@ -44,9 +48,23 @@ func (c *Coordinator) Handler() http.Handler {
 			}
 		})
 	}
-	serve("/api/leaderboards", func() any { return c.Boards() })
-	serve("/api/leaderboard/entries", func() any { return nonNil(c.LeaderboardEntries()) })
-	serve("/api/leaderboard", func() any { return nonNil(c.Leaderboard()) })
+	// The boards are public snapshots (see Config.PublicBoardsEvery).
+	boards := &snapshots{every: c.cfg.PublicBoardsEvery, taken: map[string]snapshot{}}
+	board := func(path string, f func() any) {
+		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
+			if c.cfg.AdminToken != "" && c.bearer(r) {
+				writeJSON(w, http.StatusOK, f())
+				return
+			}
+			snap := boards.get(path, time.Now(), f)
+			w.Header().Set("Last-Modified", snap.at.UTC().Format(http.TimeFormat))
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(snap.body)
+		})
+	}
+	board("/api/leaderboards", func() any { return c.Boards() })
+	board("/api/leaderboard/entries", func() any { return nonNil(c.LeaderboardEntries()) })
+	board("/api/leaderboard", func() any { return nonNil(c.Leaderboard()) })
 	serve("/api/nodes", func() any { return nonNil(c.Nodes()) })
 	// Live counters are admin-only: they move the moment a real report is
 	// recorded and stay still for a canary's, so a node watching them could
@@ -108,12 +126,46 @@ func (c *Coordinator) authorized(w http.ResponseWriter, r *http.Request) bool {
 		writeJSON(w, http.StatusForbidden, apiError{"the admin API is off: the coordinator has no admin token (--admin-token-file)"})
 		return false
 	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(c.cfg.AdminToken)) != 1 {
+	if !c.bearer(r) {
 		writeJSON(w, http.StatusUnauthorized, apiError{"missing or wrong bearer token"})
 		return false
 	}
 	return true
+}
+
+// bearer reports whether r carries the admin token (which must be set).
+func (c *Coordinator) bearer(r *http.Request) bool {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(token), []byte(c.cfg.AdminToken)) == 1
+}
+
+// snapshots holds what each public board path served last, and when it
+// was taken: a request gets it while it is younger than every, and takes a
+// new one otherwise (every <= 0: always).
+type snapshots struct {
+	every time.Duration
+	mu    sync.Mutex
+	taken map[string]snapshot
+}
+
+type snapshot struct {
+	at   time.Time
+	body []byte
+}
+
+func (s *snapshots) get(path string, now time.Time, f func() any) snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if snap, ok := s.taken[path]; ok && now.Sub(snap.at) < s.every {
+		return snap
+	}
+	body, err := json.MarshalIndent(f(), "", "  ")
+	if err != nil {
+		body, _ = json.Marshal(apiError{err.Error()})
+	}
+	snap := snapshot{at: now, body: append(body, '\n')}
+	s.taken[path] = snap
+	return snap
 }
 
 // nonNil makes a nil slice encode as [].

@@ -3,11 +3,13 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/repronet/repronet/coordinator/repro"
 	"github.com/repronet/repronet/proto"
@@ -239,5 +241,76 @@ func TestReproAPI(t *testing.T) {
 	defer c.Close()
 	if st, err := c.ReproStatus(context.Background(), resp.ID); err != nil || st.RunsWanted != 3 {
 		t.Fatalf("after a restart: %+v %v", st, err)
+	}
+}
+
+// TestPublicBoardsAreSnapshots: a public board stays as it was when its
+// snapshot was taken until PublicBoardsEvery has passed, however the state
+// moves meanwhile; an admin request sees the state live.
+func TestPublicBoardsAreSnapshots(t *testing.T) {
+	c := openTest(t, t.TempDir())
+	defer c.Close()
+	c.cfg.AdminToken = testToken
+	c.cfg.PublicBoardsEvery = time.Hour
+	h := c.Handler()
+	submit := func(t *testing.T, id string) {
+		t.Helper()
+		body := `{"id":"` + id + `","suite":"sample","agent":"oracle","levels":["easy"]}`
+		if rec := do(h, "POST", "/api/evaluations", testToken, body); rec.Code != 200 {
+			t.Fatalf("submit %s: %d %s", id, rec.Code, rec.Body)
+		}
+	}
+	submit(t, "w1")
+	for i, path := range []string{"/api/leaderboards", "/api/leaderboard/entries", "/api/leaderboard"} {
+		t.Run(path, func(t *testing.T) {
+			first := do(h, "GET", path, "", "")
+			if first.Code != 200 || first.Header().Get("Last-Modified") == "" {
+				t.Fatalf("first: %d, Last-Modified %q", first.Code, first.Header().Get("Last-Modified"))
+			}
+			live0 := do(h, "GET", path, testToken, "").Body.String()
+			if live0 != first.Body.String() {
+				t.Fatalf("a fresh snapshot differs from the live board:\n%s\n%s", first.Body, live0)
+			}
+			submit(t, fmt.Sprintf("w-%d", i)) // more pending entries on every board
+			if again := do(h, "GET", path, "", ""); again.Body.String() != first.Body.String() {
+				t.Errorf("the public board moved within its snapshot interval:\n%s", again.Body)
+			}
+			if live := do(h, "GET", path, testToken, ""); live.Body.String() == live0 {
+				t.Error("the admin view did not move with the state")
+			}
+		})
+	}
+}
+
+func TestSnapshotsExpire(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	for _, tc := range []struct {
+		name  string
+		every time.Duration
+		after time.Duration
+		fresh bool
+	}{
+		{"within the interval", time.Minute, 59 * time.Second, false},
+		{"at the interval", time.Minute, time.Minute, true},
+		{"long after", time.Minute, time.Hour, true},
+		{"live (negative)", -1, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &snapshots{every: tc.every, taken: map[string]snapshot{}}
+			n := 0
+			f := func() any { n++; return n }
+			s.get("/p", t0, f)
+			got := s.get("/p", t0.Add(tc.after), f)
+			want := "1\n"
+			if tc.fresh {
+				want = "2\n"
+			}
+			if string(got.body) != want {
+				t.Errorf("body %q, want %q", got.body, want)
+			}
+			if other := s.get("/q", t0.Add(tc.after), f); string(other.body) == string(got.body) {
+				t.Error("two paths share a snapshot")
+			}
+		})
 	}
 }

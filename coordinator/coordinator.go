@@ -94,6 +94,11 @@ type Config struct {
 	// when no work is queued, so that nodes are checked continually.
 	// Default 10 minutes; negative: only while work is being placed.
 	IdleCanaryEvery time.Duration
+	// PublicBoardsEvery: the public leaderboard endpoints serve a snapshot
+	// at most this old (default 1 minute; negative: always live), so a node
+	// cannot time a board's change against the report it just sent and so
+	// tell its canaries from real work. Admin requests see them live.
+	PublicBoardsEvery time.Duration
 	// MaxReproUpload bounds a capsule tarball submitted for a
 	// reproducibility check (default 16 GiB).
 	MaxReproUpload int64
@@ -140,6 +145,9 @@ func (c *Config) setDefaults() {
 	if c.CrossCheck == nil {
 		p := crosscheck.DefaultPolicy()
 		c.CrossCheck = &p
+	}
+	if c.PublicBoardsEvery == 0 {
+		c.PublicBoardsEvery = time.Minute
 	}
 	if c.IdleCanaryEvery == 0 {
 		c.IdleCanaryEvery = 10 * time.Minute

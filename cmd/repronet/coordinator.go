@@ -53,6 +53,7 @@ func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	maxReplicas := fs.Int("max-replicas", 5, "replicas of a run without agreement after which it is marked inconsistent")
 	canaryRate := fs.Float64("canary-rate", 0.05, "least probability that a job given to a node is a canary (new nodes get more)")
 	idleCanary := fs.Duration("idle-canary-every", 10*time.Minute, "give a node idle this long a canary now and then (negative: never)")
+	publicEvery := fs.Duration("public-boards-every", time.Minute, "the public leaderboard endpoints serve a snapshot at most this old, so a node cannot time a board's change against its own reports (negative: live); admin requests see them live")
 	evalID := fs.String("eval-id", "", "ID of the --evaluate request (with several agents, suffixed -AGENT): a restart with the same flags queues nothing twice")
 	group := fs.String("group", "", "submitter group of --evaluate (fair share)")
 	priority := fs.Int("priority", 0, "priority of --evaluate within its group")
@@ -78,7 +79,8 @@ func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	cfg := coordinator.Config{Network: *network, DataDir: *dataDir, ListenAddrs: listen, Logger: log,
-		LeaseTTL: *leaseTTL, NodeTTL: *nodeTTL, HalfLife: *halfLife, CrossCheck: &policy, IdleCanaryEvery: *idleCanary}
+		LeaseTTL: *leaseTTL, NodeTTL: *nodeTTL, HalfLife: *halfLife, CrossCheck: &policy, IdleCanaryEvery: *idleCanary,
+		PublicBoardsEvery: *publicEvery}
 	if *withSample {
 		cfg.Limits = demo.SampleLimits()
 	}
