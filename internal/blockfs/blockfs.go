@@ -67,30 +67,55 @@ func Open(dir string) (*Datastore, error) {
 		return nil, fmt.Errorf("blockfs: create %s: %w", dir, err)
 	}
 	d := &Datastore{dir: dir, dirty: map[string]struct{}{}}
-	ents, err := os.ReadDir(dir)
+	stale, shards, err := scan(dir)
 	if err != nil {
 		return nil, fmt.Errorf("blockfs: open %s: %w", dir, err)
 	}
-	migrated := false
-	for _, e := range ents {
-		switch {
-		case strings.HasPrefix(e.Name(), tmpPrefix):
-			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
-				return nil, fmt.Errorf("blockfs: removing a stale temporary file: %w", err)
-			}
-		case e.IsDir() && len(e.Name()) == 2 && validName(e.Name()):
-			if err := d.unshard(e.Name()); err != nil {
-				return nil, err
-			}
-			migrated = true
+	for _, name := range stale {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+			return nil, fmt.Errorf("blockfs: removing a stale temporary file: %w", err)
 		}
 	}
+	for _, name := range shards {
+		if err := d.unshard(name); err != nil {
+			return nil, err
+		}
+	}
+	migrated := len(shards) > 0
 	if migrated {
 		if err := syncPath(dir); err != nil {
 			return nil, fmt.Errorf("blockfs: open %s: %w", dir, err)
 		}
 	}
 	return d, nil
+}
+
+// scan lists the temporary files and the shard folders of the older layout
+// in dir, reading it in batches: a big cache holds a million blocks, and
+// only these few names are kept.
+func scan(dir string) (stale, shards []string, err error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	for {
+		ents, err := f.ReadDir(4096)
+		for _, e := range ents {
+			switch {
+			case strings.HasPrefix(e.Name(), tmpPrefix):
+				stale = append(stale, e.Name())
+			case e.IsDir() && len(e.Name()) == 2 && validName(e.Name()):
+				shards = append(shards, e.Name())
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return stale, shards, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
 }
 
 // unshard moves the blocks in the shard folder name (the older layout) into
