@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/core/sec"
 	"github.com/libp2p/go-libp2p/p2p/security/noise"
 	libp2ptls "github.com/libp2p/go-libp2p/p2p/security/tls"
@@ -185,7 +188,7 @@ func newHost(t testing.TB, ours bool) host.Host {
 // Kubo runs) connect over TLS, both ways round, and an 8 MiB stream crosses
 // intact in both directions.
 func TestHostsInterop(t *testing.T) {
-	const proto = "/repronet/test/echo"
+	const proto protocol.ID = "/repronet/test/echo"
 	for _, tc := range []struct {
 		name             string
 		dialer, listener bool // ours?
@@ -205,30 +208,57 @@ func TestHostsInterop(t *testing.T) {
 			if err := a.Connect(ctx, peer.AddrInfo{ID: b.ID(), Addrs: b.Addrs()}); err != nil {
 				t.Fatal(err)
 			}
-			s, err := a.NewStream(ctx, b.ID(), proto)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sec := s.Conn().ConnState().Security; sec != libp2ptls.ID {
-				t.Errorf("security %q, want %q", sec, libp2ptls.ID)
-			}
-			data := make([]byte, 8<<20)
-			rand.Read(data)
+			// 8 streams at once, each echoing 2 MiB written in pieces of
+			// random size, so frames of different streams interleave on
+			// the connection.
 			var wg sync.WaitGroup
-			wg.Go(func() {
-				s.Write(data)
-				s.CloseWrite()
-			})
-			back, err := io.ReadAll(s)
-			wg.Wait()
-			if err != nil {
-				t.Fatal(err)
+			errs := make(chan error, 8)
+			for i := range 8 {
+				wg.Go(func() { errs <- echo(ctx, a, b.ID(), proto, int64(i)) })
 			}
-			if sha256.Sum256(back) != sha256.Sum256(data) {
-				t.Fatalf("echoed %d bytes, not the %d sent", len(back), len(data))
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
 			}
 		})
 	}
+}
+
+// echo sends 2 MiB on a new stream in pieces of random size, reads the
+// echo back, and checks it.
+func echo(ctx context.Context, h host.Host, to peer.ID, proto protocol.ID, seed int64) error {
+	s, err := h.NewStream(ctx, to, proto)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if sec := s.Conn().ConnState().Security; sec != libp2ptls.ID {
+		return fmt.Errorf("security %q, want %q", sec, libp2ptls.ID)
+	}
+	data := make([]byte, 2<<20)
+	rand.Read(data)
+	rng := mrand.New(mrand.NewPCG(uint64(seed), 1))
+	go func() {
+		for rest := data; len(rest) > 0; {
+			n := min(len(rest), 1+rng.IntN(300<<10))
+			if _, err := s.Write(rest[:n]); err != nil {
+				return
+			}
+			rest = rest[n:]
+		}
+		s.CloseWrite()
+	}()
+	back, err := io.ReadAll(s)
+	if err != nil {
+		return err
+	}
+	if sha256.Sum256(back) != sha256.Sum256(data) {
+		return fmt.Errorf("stream %d: echoed %d bytes, not the %d sent", seed, len(back), len(data))
+	}
+	return nil
 }
 
 // TestOptionYieldsToHostChoices: Option adds its stack only where the
