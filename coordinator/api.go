@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ipfs/go-datastore"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/repronet/repronet/suite/corebench"
 )
@@ -33,7 +34,8 @@ import (
 // without gold; ?canaries=1 lists canaries too), /api/reports/{attempt}
 // (the signed report envelope, to verify independently: it holds the
 // agent's answers, the correct ones among them being gold values) and
-// /api/crosscheck/nodes (every node's reliability record).
+// /api/crosscheck/nodes (every node's reliability record); and GET
+// /metrics, the Prometheus metrics (see metrics.go).
 func (c *Coordinator) Handler() http.Handler {
 	mux := http.NewServeMux()
 	serve := func(path string, f func() any) {
@@ -102,6 +104,7 @@ func (c *Coordinator) Handler() http.Handler {
 	admin("GET /api/crosscheck/nodes", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, nonNil(c.CrossCheckNodes()))
 	})
+	admin("GET /metrics", promhttp.HandlerFor(c.metrics, promhttp.HandlerOpts{}).ServeHTTP)
 	admin("POST /api/evaluations", c.handleEvaluate)
 	admin("POST /api/repro", c.handleReproSubmit)
 	mux.HandleFunc("GET /api/repro/{id}", func(w http.ResponseWriter, r *http.Request) {

@@ -314,3 +314,35 @@ func TestSnapshotsExpire(t *testing.T) {
 		})
 	}
 }
+
+// TestMetrics: GET /metrics is admin-only and shows the coordinator's
+// state (attempts by state after a submission), Go's, and the libp2p
+// host's own metrics.
+func TestMetrics(t *testing.T) {
+	c, h := openAPITest(t)
+	defer c.Close()
+	if rec := do(h, "GET", "/metrics", "", ""); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("metrics without a token: %d", rec.Code)
+	}
+	body := `{"id":"w1","suite":"sample","agent":"oracle","levels":["easy","hard"],"replicas":2}`
+	if rec := do(h, "POST", "/api/evaluations", testToken, body); rec.Code != 200 {
+		t.Fatalf("submit: %d %s", rec.Code, rec.Body)
+	}
+	rec := do(h, "GET", "/metrics", testToken, "")
+	if rec.Code != 200 {
+		t.Fatalf("metrics: %d %s", rec.Code, rec.Body)
+	}
+	for _, want := range []string{
+		`repronet_coordinator_attempts{state="queued"} 12`,
+		`repronet_coordinator_attempts{state="done"} 0`,
+		`repronet_coordinator_units 6`,
+		`repronet_coordinator_nodes 0`,
+		`repronet_coordinator_capsule_store_bytes{kind="used"}`,
+		"go_goroutines",
+		"libp2p_", // the host's own
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	mrand "math/rand/v2"
 	"path/filepath"
@@ -164,6 +165,7 @@ func (c *Config) setDefaults() {
 type Coordinator struct {
 	cfg     Config
 	log     *slog.Logger
+	metrics *prometheus.Registry
 	host    host.Host
 	ds      datastore.Batching
 	rec     records
@@ -314,6 +316,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		suites:    make(map[string]*loadedSuite),
 	}
 	c.journal = newJournal(ds, &c.mu)
+	c.metrics = newMetrics(c)
 	if err := c.start(ctx, key); err != nil {
 		c.Close()
 		return nil, err
@@ -325,7 +328,8 @@ func (c *Coordinator) start(ctx context.Context, key crypto.PrivKey) error {
 	if err := c.load(ctx); err != nil {
 		return fmt.Errorf("coordinator: load state: %w", err)
 	}
-	opts := append([]libp2p.Option{libp2p.Identity(key), libp2p.ListenAddrStrings(c.cfg.ListenAddrs...)}, c.cfg.HostOptions...)
+	opts := append([]libp2p.Option{libp2p.Identity(key), libp2p.ListenAddrStrings(c.cfg.ListenAddrs...),
+		libp2p.PrometheusRegisterer(c.metrics)}, c.cfg.HostOptions...)
 	opts = append(opts, p2phost.Option())
 	h, err := libp2p.New(opts...)
 	if err != nil {

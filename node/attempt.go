@@ -297,6 +297,9 @@ func (n *Node) runAttempt(ctx context.Context, coord peer.ID, a *proto.Assignmen
 		log.Error("cannot store report", "err", err)
 		return
 	}
+	n.mu.Lock()
+	n.finished[report.GetOutcome()]++
+	n.mu.Unlock()
 	log.Info("attempt finished", "outcome", report.GetOutcome().String(), "exit", report.GetExitCode(),
 		"wall", time.Duration(report.GetUsage().GetWallMillis())*time.Millisecond,
 		"disk_used", report.GetUsage().GetDiskUsedBytes(), "outputs", len(report.GetOutputs()))

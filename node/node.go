@@ -17,6 +17,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"log/slog"
 	"os"
@@ -147,12 +148,15 @@ type Node struct {
 	operatorCert []byte
 	guard        *proto.AnnouncementGuard
 
-	mu      sync.Mutex
-	running map[runKey]context.CancelFunc
-	cached  map[string]time.Time // capsule CIDs held -> last used
-	seq     uint64
-	lastAnn time.Time
-	closed  bool
+	metrics *prometheus.Registry
+
+	mu       sync.Mutex
+	finished map[proto.Outcome]int // attempts run to a stored report, by outcome
+	running  map[runKey]context.CancelFunc
+	cached   map[string]time.Time // capsule CIDs held -> last used
+	seq      uint64
+	lastAnn  time.Time
+	closed   bool
 	// imports serialises the lookup and import of each agent image, so
 	// that one CID is imported once while others import beside it.
 	imports keyedMutex
@@ -193,7 +197,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		announceNow: make(chan struct{}, 1), deliverNow: make(chan struct{}, 1),
 		running: make(map[runKey]context.CancelFunc), cached: make(map[string]time.Time),
 		seq: uint64(time.Now().UnixNano()), incarnation: newIncarnation(), guard: proto.NewAnnouncementGuard(cfg.Network),
+		finished: make(map[proto.Outcome]int),
 	}
+	n.metrics = newMetrics(n)
 	if err := n.start(ctx); err != nil {
 		n.Close()
 		return nil, err
@@ -202,7 +208,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 }
 
 func (n *Node) start(ctx context.Context) error {
-	opts := []libp2p.Option{libp2p.Identity(n.key)}
+	opts := []libp2p.Option{libp2p.Identity(n.key), libp2p.PrometheusRegisterer(n.metrics)}
 	if len(n.cfg.ListenAddrs) > 0 {
 		opts = append(opts, libp2p.ListenAddrStrings(n.cfg.ListenAddrs...))
 	} else {

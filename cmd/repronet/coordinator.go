@@ -29,7 +29,7 @@ func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	network := fs.String("network", coordinator.DefaultNetwork, "network name (the nodes' capacity topic); coordinators of one network share its nodes")
 	var listen stringList
 	fs.Var(&listen, "listen", "libp2p listen multiaddr, repeatable (default /ip4/0.0.0.0/tcp/4001)")
-	httpAddr := fs.String("http", "127.0.0.1:8080", "address of the HTTP API (public: /api/leaderboards, /api/leaderboard/entries, /api/leaderboard, /api/nodes, /api/repro/ID; admin: /api/progress, /api/stats, /api/evaluations, /api/attempts, /api/reports/ID, /api/crosscheck/nodes, POST /api/evaluations and /api/repro); empty to disable")
+	httpAddr := fs.String("http", "127.0.0.1:8080", "address of the HTTP API (public: /api/leaderboards, /api/leaderboard/entries, /api/leaderboard, /api/nodes, /api/repro/ID; admin: /api/progress, /api/stats, /api/evaluations, /api/attempts, /api/reports/ID, /api/crosscheck/nodes, /metrics (Prometheus), POST /api/evaluations and /api/repro); empty to disable")
 	adminTokenFile := fs.String("admin-token-file", "", "file holding the bearer token of the admin API (submitting evaluations and reproducibility checks, attempts, reports); without it the API is public and read-only")
 	addrFile := fs.String("addr-file", "", "write the coordinator's first full multiaddr to this file once listening")
 	suite := fs.String("suite", "corebench", "name to import --tasks under")

@@ -7,6 +7,8 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,6 +45,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Var(&cacheQuota, "cache-quota", "cap on the capsule cache (capsules no running attempt uses are evicted, least recently used first); bytes, or with a K, M, G or T suffix; 0: no cap")
 	var diskMax byteSize
 	fs.Var(&diskMax, "disk-max", "largest workspace this node makes: attempts whose limits ask for more are declined, default sizes are capped to it (0: no maximum)")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9101; default: off)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
 	if err := fs.Parse(args); err != nil {
@@ -95,6 +98,19 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	nd, err := node.New(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if *metricsAddr != "" {
+		ln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			nd.Close()
+			return fmt.Errorf("--metrics %s: %w", *metricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", nd.MetricsHandler())
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		log.Info("metrics listening", "url", "http://"+ln.Addr().String()+"/metrics")
 	}
 	<-ctx.Done()
 	log.Info("node stopping")

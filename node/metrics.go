@@ -1,0 +1,77 @@
+package node
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/repronet/repronet/proto"
+)
+
+// The node's Prometheus metrics (MetricsHandler; `repronet node --metrics
+// ADDR`). Gauges are read from the node's state at scrape time; the one
+// counter, attempts finished by outcome, is kept where an attempt ends.
+// The registry also holds the libp2p host's own metrics and Go's.
+var (
+	descSlots     = prometheus.NewDesc("repronet_node_slots", "Slots this node offers, total and free.", []string{"state"}, nil)
+	descFinished  = prometheus.NewDesc("repronet_node_attempts_finished_total", "Attempts run to a report, by outcome, since start.", []string{"outcome"}, nil)
+	descOutbox    = prometheus.NewDesc("repronet_node_outbox_reports", "Reports stored and not yet acknowledged by their coordinator.", nil, nil)
+	descCache     = prometheus.NewDesc("repronet_node_capsule_cache_bytes", "Bytes the capsule cache holds, and its quota (0: none).", []string{"kind"}, nil)
+	descCapsules  = prometheus.NewDesc("repronet_node_capsules_cached", "Capsules this node holds whole.", nil, nil)
+	descCoordPeer = prometheus.NewDesc("repronet_node_coordinators_connected", "Coordinators this node is connected to.", nil, nil)
+)
+
+type metricsCollector struct{ n *Node }
+
+func (m metricsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descSlots, descFinished, descOutbox, descCache, descCapsules, descCoordPeer} {
+		ch <- d
+	}
+}
+
+func (m metricsCollector) Collect(ch chan<- prometheus.Metric) {
+	n := m.n
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	a := n.Announcement()
+	gauge(descSlots, float64(a.GetTotalSlots()), "total")
+	gauge(descSlots, float64(a.GetFreeSlots()), "free")
+	n.mu.Lock()
+	finished := make(map[proto.Outcome]int, len(n.finished))
+	for o, c := range n.finished {
+		finished[o] = c
+	}
+	cached := len(n.cached)
+	n.mu.Unlock()
+	for o, c := range finished {
+		ch <- prometheus.MustNewConstMetric(descFinished, prometheus.CounterValue, float64(c), o.String())
+	}
+	if pending, err := n.Pending(context.Background()); err == nil {
+		gauge(descOutbox, float64(pending))
+	}
+	used, quota := n.store.Usage()
+	gauge(descCache, float64(used), "used")
+	gauge(descCache, float64(quota), "quota")
+	gauge(descCapsules, float64(cached))
+	connected := 0
+	for _, c := range n.coords {
+		if len(n.host.Network().ConnsToPeer(c.ID)) > 0 {
+			connected++
+		}
+	}
+	gauge(descCoordPeer, float64(connected))
+}
+
+func newMetrics(n *Node) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metricsCollector{n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// MetricsHandler serves the node's Prometheus metrics.
+func (n *Node) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(n.metrics, promhttp.HandlerOpts{})
+}
