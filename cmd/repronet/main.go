@@ -39,6 +39,14 @@ Run 'repronet <command> --help' for a command's flags.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal asks for a clean stop; from then on the signals
+	// have their default action again, so a second one ends a stop that
+	// hangs (say, badger retrying a flush into a folder deleted under it).
+	// State is durable before it is acknowledged, so nothing is lost.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
