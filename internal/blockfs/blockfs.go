@@ -81,8 +81,8 @@ func Open(dir string) (*Datastore, error) {
 			return nil, err
 		}
 	}
-	migrated := len(shards) > 0
-	if migrated {
+	if len(shards) > 0 {
+		// The moves are durable before the store is used.
 		if err := syncPath(dir); err != nil {
 			return nil, fmt.Errorf("blockfs: open %s: %w", dir, err)
 		}
