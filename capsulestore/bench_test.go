@@ -286,14 +286,8 @@ func loadAvg() string {
 }
 
 func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	for i := range s {
-		for j := i + 1; j < len(s); j++ {
-			if s[j] < s[i] {
-				s[i], s[j] = s[j], s[i]
-			}
-		}
-	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
 	if len(s)%2 == 1 {
 		return s[len(s)/2]
 	}
@@ -408,4 +402,23 @@ func roundAll(ds []time.Duration) []time.Duration {
 		out[i] = d.Round(100 * time.Millisecond)
 	}
 	return out
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+	}{
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	} {
+		in := slices.Clone(tc.xs)
+		if got := median(tc.xs); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+		if !slices.Equal(tc.xs, in) {
+			t.Errorf("median reordered its input: %v", tc.xs)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -170,21 +171,9 @@ func TestAnnouncement(t *testing.T) {
 	if got, _ := cid.Cast(a.GetCachedCapsules()[0]); !got.Equals(newest) {
 		t.Fatalf("first cached capsule %s, want the most recently used %s", got, newest)
 	}
-	if !equalStrings(a.GetSuites(), []string{"s1"}) {
+	if !slices.Equal(a.GetSuites(), []string{"s1"}) {
 		t.Fatalf("suites %v", a.GetSuites())
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestHostOptions: the configured libp2p options reach the node's host.

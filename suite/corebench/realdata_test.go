@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -256,7 +257,7 @@ func checkPerturbations(t *testing.T, tasks []Task) {
 						check("rounded", q, perturbed(run, q, strconv.FormatFloat(r, 'g', -1, 64), false), false, false)
 					}
 				}
-				out := iv.Upper + 1e-3 + 1e-3*abs(iv.Upper)
+				out := iv.Upper + 1e-3 + 1e-3*math.Abs(iv.Upper)
 				check("outside", q, perturbed(run, q, strconv.FormatFloat(out, 'g', -1, 64), false), false, false)
 				check("wrong type (text)", q, perturbed(run, q, strconv.Quote("about "+lit), true), false, true)
 				check("wrong type (list)", q, perturbed(run, q, "["+lit+", "+lit+"]", true), false, true)
@@ -324,13 +325,6 @@ func reversed(vs []Value) []Value {
 		out[len(vs)-1-i] = v
 	}
 	return out
-}
-
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 func intervalOf(task Task, q string) Interval {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -239,7 +240,7 @@ func taskOf(i int, tv Value, opts ParseOptions) (Task, error) {
 			t.GPU = true
 			continue
 		}
-		if !containsString(want, m.Key) {
+		if !slices.Contains(want, m.Key) {
 			hint := ""
 			if m.Key == "gpu" {
 				hint = "; HAL's copy of the test split adds it: load with the option that allows the gpu key"
@@ -343,13 +344,4 @@ func taskOf(i int, tv Value, opts ParseOptions) (Task, error) {
 		t.Results[r] = answersOf(run)
 	}
 	return t, nil
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
