@@ -205,23 +205,7 @@ func (g *Original) Grade(t Task, report []byte) (Verdict, error) {
 		return Verdict{}, fmt.Errorf("grade %s: field results: no gold run", t.CapsuleID)
 	}
 	v := Verdict{Grader: g.Name(), GraderVersion: g.Version()}
-	gold := t.Results[0]
-	index := make(map[string]int, len(gold))
-	goldValue := make([]Value, 0, len(gold))
-	for _, a := range gold {
-		if i, dup := index[a.Question]; dup {
-			goldValue[i] = a.Value // a dict keeps the first position, the last value
-			v.Questions[i].Kind = questionKind(a.Value)
-			continue
-		}
-		index[a.Question] = len(v.Questions)
-		goldValue = append(goldValue, a.Value)
-		v.Questions = append(v.Questions, QuestionResult{
-			Question: a.Question,
-			Kind:     questionKind(a.Value),
-			Vision:   IsVision(a.Question),
-		})
-	}
+	index, goldValue := v.goldQuestions(t.Results[0])
 	v.countQuestions()
 
 	// The prediction intervals (numpy raises on a non-numeric run).
@@ -464,6 +448,26 @@ func clip(s string) string {
 		cut--
 	}
 	return s[:cut] + "..."
+}
+
+// goldQuestions fills v.Questions from the first gold run, one per
+// distinct question in order (as the Python dict the gold is read into: a
+// repeated key keeps its first position and its last value), and returns
+// each question's index and gold value.
+func (v *Verdict) goldQuestions(gold Answers) (index map[string]int, goldValue []Value) {
+	index = make(map[string]int, len(gold))
+	goldValue = make([]Value, 0, len(gold))
+	for _, a := range gold {
+		if i, dup := index[a.Question]; dup {
+			goldValue[i] = a.Value
+			v.Questions[i].Kind = questionKind(a.Value)
+			continue
+		}
+		index[a.Question] = len(v.Questions)
+		goldValue = append(goldValue, a.Value)
+		v.Questions = append(v.Questions, QuestionResult{Question: a.Question, Kind: questionKind(a.Value), Vision: IsVision(a.Question)})
+	}
+	return index, goldValue
 }
 
 // countQuestions sets the written and vision totals from the gold's

@@ -121,19 +121,7 @@ func (g *Lenient) Grade(t Task, report []byte) (Verdict, error) {
 		return Verdict{}, fmt.Errorf("grade %s: field results: no gold run", t.CapsuleID)
 	}
 	v := Verdict{Grader: g.Name(), GraderVersion: g.Version()}
-	gold := t.Results[0]
-	index := make(map[string]int, len(gold))
-	goldValue := make([]Value, 0, len(gold))
-	for _, a := range gold {
-		if i, dup := index[a.Question]; dup {
-			goldValue[i] = a.Value
-			v.Questions[i].Kind = questionKind(a.Value)
-			continue
-		}
-		index[a.Question] = len(v.Questions)
-		goldValue = append(goldValue, a.Value)
-		v.Questions = append(v.Questions, QuestionResult{Question: a.Question, Kind: questionKind(a.Value), Vision: IsVision(a.Question)})
-	}
+	index, goldValue := v.goldQuestions(t.Results[0])
 	// Normalised keys that name exactly one question.
 	normIndex := make(map[string]int, len(v.Questions))
 	ambiguous := make(map[string]bool)
