@@ -111,27 +111,12 @@ func (ex *exchange) unregister(f *fetch, cs ...cid.Cid) {
 	ex.mu.Lock()
 	if len(cs) == 0 {
 		delete(ex.fetches, f)
-		for c, fs := range ex.wanted {
-			if i := slices.Index(fs, f); i >= 0 {
-				fs = slices.Delete(fs, i, i+1)
-				if len(fs) == 0 {
-					delete(ex.wanted, c)
-				} else {
-					ex.wanted[c] = fs
-				}
-			}
+		for c := range ex.wanted {
+			ex.unwantLocked(c, f)
 		}
 	}
 	for _, c := range cs {
-		fs := ex.wanted[c]
-		if i := slices.Index(fs, f); i >= 0 {
-			fs = slices.Delete(fs, i, i+1)
-		}
-		if len(fs) == 0 {
-			delete(ex.wanted, c)
-		} else {
-			ex.wanted[c] = fs
-		}
+		ex.unwantLocked(c, f)
 	}
 	links := make([]*link, 0, len(ex.links))
 	for _, l := range ex.links {
@@ -140,6 +125,19 @@ func (ex *exchange) unregister(f *fetch, cs ...cid.Cid) {
 	ex.mu.Unlock()
 	for _, l := range links {
 		l.drop(f, cs...)
+	}
+}
+
+// unwantLocked removes f from the fetches waiting for c; ex.mu is held.
+func (ex *exchange) unwantLocked(c cid.Cid, f *fetch) {
+	fs := ex.wanted[c]
+	if i := slices.Index(fs, f); i >= 0 {
+		fs = slices.Delete(fs, i, i+1)
+	}
+	if len(fs) == 0 {
+		delete(ex.wanted, c)
+	} else {
+		ex.wanted[c] = fs
 	}
 }
 
