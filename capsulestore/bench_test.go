@@ -213,20 +213,8 @@ func BenchmarkFetchShaped(b *testing.B) {
 	size := envInt("CS_BENCH_SHAPED_MIB", 1024) << 20
 	rate := envStr("CS_BENCH_SHAPED_RATE", "1gbit")
 	rounds := int(envInt("CS_BENCH_ROUNDS", 2))
-	ctx := context.Background()
-	lab, err := netlab.New(ctx, 2, rate)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer lab.Close()
-	inNS := func(i int) func([]string) *exec.Cmd {
-		return func(args []string) *exec.Cmd { return lab.Command(ctx, i, args[0], args[1:]...) }
-	}
+	lab, inNS, seed, info := seededLab(b, 2, rate, size, 9)
 	ip0 := lab.Hosts[0].IP
-	seed := startHelper(b, "seed", "/ip4/"+ip0+"/tcp/4001", ip0+":8080", inNS(0))
-	seed.call(nil, "gen %d 9 capsule.bin", size)
-	var info addResult
-	seed.call(&info, "add capsule.bin")
 	for range b.N {
 		var p2ps, https []float64
 		gib := float64(size) / (1 << 30)
@@ -257,6 +245,27 @@ func BenchmarkFetchShaped(b *testing.B) {
 		b.ReportMetric(mh, "http_MiB/s")
 		b.ReportMetric(mp/mh, "ratio")
 	}
+}
+
+// seededLab builds a lab of hosts namespaces linked at rate (removed when
+// b ends) and starts a seed in the first, serving libp2p on port 4001 and
+// HTTP on 8080, holding a size-byte capsule generated from genSeed. inNS(i)
+// wraps a command to run in host i's namespace.
+func seededLab(b *testing.B, hosts int, rate string, size int64, genSeed int) (lab *netlab.Lab, inNS func(int) func([]string) *exec.Cmd, seed *helper, info addResult) {
+	ctx := context.Background()
+	lab, err := netlab.New(ctx, hosts, rate)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { lab.Close() })
+	inNS = func(i int) func([]string) *exec.Cmd {
+		return func(args []string) *exec.Cmd { return lab.Command(ctx, i, args[0], args[1:]...) }
+	}
+	ip0 := lab.Hosts[0].IP
+	seed = startHelper(b, "seed", "/ip4/"+ip0+"/tcp/4001", ip0+":8080", inNS(0))
+	seed.call(nil, "gen %d %d capsule.bin", size, genSeed)
+	seed.call(&info, "add capsule.bin")
+	return lab, inNS, seed, info
 }
 
 // cpuOf returns the CPU seconds each helper has used.
@@ -307,19 +316,8 @@ func BenchmarkSwarm(b *testing.B) {
 	size := envInt("CS_BENCH_SWARM_MIB", 200) << 20
 	rate := envStr("CS_BENCH_SWARM_RATE", "100mbit")
 	ctx := context.Background()
-	lab, err := netlab.New(ctx, n+1, rate)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer lab.Close()
-	inNS := func(i int) func([]string) *exec.Cmd {
-		return func(args []string) *exec.Cmd { return lab.Command(ctx, i, args[0], args[1:]...) }
-	}
+	lab, inNS, seed, info := seededLab(b, n+1, rate, size, 5)
 	ip0 := lab.Hosts[0].IP
-	seed := startHelper(b, "seed", "/ip4/"+ip0+"/tcp/4001", ip0+":8080", inNS(0))
-	seed.call(nil, "gen %d 5 capsule.bin", size)
-	var info addResult
-	seed.call(&info, "add capsule.bin")
 
 	for range b.N {
 		fetchers := make([]*helper, n)
