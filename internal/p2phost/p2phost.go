@@ -75,18 +75,19 @@ func NewTLS(id protocol.ID, key ci.PrivKey, muxers []tptu.StreamMuxer) (*TLS, er
 
 // SecureInbound runs the TLS handshake as a server.
 func (t *TLS) SecureInbound(ctx context.Context, insecure net.Conn, p peer.ID) (sec.SecureConn, error) {
-	raw := &corkedConn{Conn: insecure}
-	sc, err := t.inner.SecureInbound(ctx, raw, p)
-	if err != nil {
-		return nil, err
-	}
-	return &secureConn{SecureConn: sc, raw: raw}, nil
+	return corked(ctx, insecure, p, t.inner.SecureInbound)
 }
 
 // SecureOutbound runs the TLS handshake as a client.
 func (t *TLS) SecureOutbound(ctx context.Context, insecure net.Conn, p peer.ID) (sec.SecureConn, error) {
+	return corked(ctx, insecure, p, t.inner.SecureOutbound)
+}
+
+// corked runs handshake over insecure wrapped in a corkedConn.
+func corked(ctx context.Context, insecure net.Conn, p peer.ID,
+	handshake func(context.Context, net.Conn, peer.ID) (sec.SecureConn, error)) (sec.SecureConn, error) {
 	raw := &corkedConn{Conn: insecure}
-	sc, err := t.inner.SecureOutbound(ctx, raw, p)
+	sc, err := handshake(ctx, raw, p)
 	if err != nil {
 		return nil, err
 	}
