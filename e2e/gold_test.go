@@ -27,7 +27,6 @@ import (
 	"github.com/repronet/repronet/internal/badgerds"
 	"github.com/repronet/repronet/internal/blockfs"
 	"github.com/repronet/repronet/proto"
-	"github.com/repronet/repronet/sandbox"
 	"github.com/repronet/repronet/suite/corebench"
 	"github.com/repronet/repronet/suite/corebench/sample"
 )
@@ -279,10 +278,7 @@ func TestGoldNeverSentToNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	log := testLogger(t)
-	d, err := sandbox.EnsureDaemon(ctx, sandbox.DefaultDaemonDir, log)
-	if err != nil {
-		t.Fatalf("containerd: %v", err)
-	}
+	d := ensureDaemon(ctx, t, log)
 	tasks, err := corebench.ParseTasks(sample.Tasks())
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/repronet/repronet/coordinator"
 	"github.com/repronet/repronet/coordinator/crosscheck"
-	"github.com/repronet/repronet/sandbox"
 	"github.com/repronet/repronet/suite/corebench/hal"
 	"github.com/repronet/repronet/suite/corebench/leaderboard"
 )
@@ -33,10 +32,7 @@ func TestLiarsAreCaught(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	log := testLogger(t)
-	d, err := sandbox.EnsureDaemon(ctx, sandbox.DefaultDaemonDir, log)
-	if err != nil {
-		t.Fatalf("containerd: %v", err)
-	}
+	d := ensureDaemon(ctx, t, log)
 	// More canaries than the default, so that the liars are caught within
 	// the few runs of the sample suite; idle nodes get one every second.
 	policy := crosscheck.DefaultPolicy()

@@ -13,7 +13,6 @@ import (
 	"github.com/repronet/repronet/coordinator"
 	"github.com/repronet/repronet/internal/chaos"
 	"github.com/repronet/repronet/internal/demo"
-	"github.com/repronet/repronet/sandbox"
 	"github.com/repronet/repronet/suite/corebench"
 	"github.com/repronet/repronet/suite/corebench/sample"
 )
@@ -49,21 +48,8 @@ func TestNodeBehindNAT(t *testing.T) {
 		t.Fatal("after the NAT rule, a connection into the namespace still got through")
 	}
 
-	d, err := sandbox.EnsureDaemon(ctx, sandbox.DefaultDaemonDir, log)
-	if err != nil {
-		t.Fatalf("containerd: %v", err)
-	}
-	coord, err := coordinator.New(ctx, coordinator.Config{
-		DataDir: t.TempDir(), ListenAddrs: []string{fmt.Sprintf("/ip4/%s/tcp/0", ns.HostIP)},
-		Limits: demo.SampleLimits(), Logger: log, LeaseTTL: 20 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer coord.Close()
-	if err := demo.ImportSample(ctx, coord); err != nil {
-		t.Fatal(err)
-	}
+	d := ensureDaemon(ctx, t, log)
+	coord := startCoordinator(ctx, t, coordinator.Config{ListenAddrs: []string{fmt.Sprintf("/ip4/%s/tcp/0", ns.HostIP)}, Logger: log})
 
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "node.log")

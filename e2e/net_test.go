@@ -24,6 +24,16 @@ import (
 	"github.com/repronet/repronet/suite/corebench/sample"
 )
 
+// ensureDaemon starts (or finds running) the private containerd daemon.
+func ensureDaemon(ctx context.Context, t *testing.T, log *slog.Logger) *sandbox.Daemon {
+	t.Helper()
+	d, err := sandbox.EnsureDaemon(ctx, sandbox.DefaultDaemonDir, log)
+	if err != nil {
+		t.Fatalf("containerd: %v", err)
+	}
+	return d
+}
+
 // startCoordinator starts an in-process coordinator on loopback with the
 // sample suite and agents imported.
 func startCoordinator(ctx context.Context, t *testing.T, cfg coordinator.Config) *coordinator.Coordinator {

@@ -48,10 +48,7 @@ func TestSharedPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	log := testLogger(t)
-	d, err := sandbox.EnsureDaemon(ctx, sandbox.DefaultDaemonDir, log)
-	if err != nil {
-		t.Fatalf("containerd: %v", err)
-	}
+	d := ensureDaemon(ctx, t, log)
 	const network = "e2e-pool"
 	var coords []*coordinator.Coordinator
 	for range 2 {

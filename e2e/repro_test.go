@@ -13,7 +13,6 @@ import (
 
 	"github.com/repronet/repronet/coordinator"
 	"github.com/repronet/repronet/coordinator/repro"
-	"github.com/repronet/repronet/sandbox"
 	"github.com/repronet/repronet/suite/corebench"
 	"github.com/repronet/repronet/suite/corebench/sample"
 )
@@ -55,10 +54,7 @@ func TestReproSubmit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	log := testLogger(t)
-	d, err := sandbox.EnsureDaemon(ctx, sandbox.DefaultDaemonDir, log)
-	if err != nil {
-		t.Fatalf("containerd: %v", err)
-	}
+	d := ensureDaemon(ctx, t, log)
 	const token = "repro-test-admin-token-0123456789"
 	network := uniqueName("e2e-repro")
 	coord := startCoordinator(ctx, t, coordinator.Config{Network: network, Logger: log, AdminToken: token})

@@ -47,21 +47,8 @@ func TestWalkingSkeleton(t *testing.T) {
 	defer cancel()
 	log := testLogger(t)
 
-	d, err := sandbox.EnsureDaemon(ctx, sandbox.DefaultDaemonDir, log)
-	if err != nil {
-		t.Fatalf("containerd: %v", err)
-	}
-	coord, err := coordinator.New(ctx, coordinator.Config{
-		DataDir: t.TempDir(), ListenAddrs: []string{"/ip4/127.0.0.1/tcp/0"},
-		Limits: demo.SampleLimits(), Logger: log, LeaseTTL: 20 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer coord.Close()
-	if err := demo.ImportSample(ctx, coord); err != nil {
-		t.Fatal(err)
-	}
+	d := ensureDaemon(ctx, t, log)
+	coord := startCoordinator(ctx, t, coordinator.Config{Logger: log})
 
 	runner, err := sandbox.New(ctx, d.Socket, sandbox.WithNamespace("repronet-e2e"), sandbox.WithLogger(log))
 	if err != nil {
