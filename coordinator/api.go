@@ -262,9 +262,11 @@ type Stats struct {
 }
 
 // Stats counts attempts by state, reassignments and late reports.
-func (c *Coordinator) Stats() Stats {
+func (c *Coordinator) Stats() Stats { return c.stats(len(c.Nodes())) }
+
+// stats is Stats with the count of nodes in view already known.
+func (c *Coordinator) stats(n int) Stats {
 	p := c.Progress()
-	n := len(c.Nodes())
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Stats{Progress: p, NodesInView: n, BusyDeclines: c.busyDeclines, OfferFailures: c.offerFailures}

@@ -39,7 +39,8 @@ func (m metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (m metricsCollector) Collect(ch chan<- prometheus.Metric) {
-	s := m.c.Stats()
+	nodes := m.c.Nodes()
+	s := m.c.stats(len(nodes))
 	gauge := func(d *prometheus.Desc, v int, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
 	}
@@ -61,7 +62,6 @@ func (m metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descOfferFailures, s.OfferFailures)
 	gauge(descLeases, s.Leases)
 
-	nodes := m.c.Nodes()
 	var total, free, quarantined int
 	for _, n := range nodes {
 		total += n.TotalSlots
