@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -93,6 +94,22 @@ func listTree(t *testing.T, dir string) []string {
 	return out
 }
 
+// applyAndCheck applies rule at level to the capsule in dir and checks
+// that the tree left is want and the file outside it untouched.
+func applyAndCheck(t *testing.T, rule StripRule, level Level, dir, outside string, want []string) {
+	t.Helper()
+	if err := rule.Apply(dir, level); err != nil {
+		t.Fatalf("%s: %v", level, err)
+	}
+	w := slices.Sorted(slices.Values(want))
+	if got := listTree(t, dir); !reflect.DeepEqual(got, w) {
+		t.Errorf("%s: tree\n%q\nwant\n%q", level, got, w)
+	}
+	if b, err := os.ReadFile(outside); err != nil || string(b) != "keep me" {
+		t.Errorf("%s: the symlink target outside the capsule was touched: %v", level, err)
+	}
+}
+
 func TestOriginalStripRule(t *testing.T) {
 	rule, err := LookupStripRule("original")
 	if err != nil || rule.Name != "original" || rule.Version == "" {
@@ -107,17 +124,7 @@ func TestOriginalStripRule(t *testing.T) {
 	}
 	for _, level := range Levels() {
 		dir, outside := makeCapsule(t)
-		if err := rule.Apply(dir, level); err != nil {
-			t.Fatalf("%s: %v", level, err)
-		}
-		w := append([]string(nil), want[level]...)
-		sort.Strings(w)
-		if got := listTree(t, dir); !reflect.DeepEqual(got, w) {
-			t.Errorf("%s: tree\n%q\nwant\n%q", level, got, w)
-		}
-		if b, err := os.ReadFile(outside); err != nil || string(b) != "keep me" {
-			t.Errorf("%s: the symlink target outside the capsule was touched: %v", level, err)
-		}
+		applyAndCheck(t, rule, level, dir, outside, want[level])
 		fi, err := os.Lstat(filepath.Join(dir, "results"))
 		if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o775 {
 			t.Errorf("%s: results/ %v %v", level, fi.Mode(), err)
@@ -267,17 +274,7 @@ func TestHAL2026StripRule(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := rule.Apply(dir, level); err != nil {
-			t.Fatalf("%s: %v", level, err)
-		}
-		w := append([]string(nil), want[level]...)
-		sort.Strings(w)
-		if got := listTree(t, dir); !reflect.DeepEqual(got, w) {
-			t.Errorf("%s: tree\n%q\nwant\n%q", level, got, w)
-		}
-		if b, err := os.ReadFile(outside); err != nil || string(b) != "keep me" {
-			t.Errorf("%s: the symlink target outside the capsule was touched: %v", level, err)
-		}
+		applyAndCheck(t, rule, level, dir, outside, want[level])
 		if err := rule.Apply(dir, level); err != nil {
 			t.Errorf("%s: second Apply: %v", level, err)
 		}
