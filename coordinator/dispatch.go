@@ -240,7 +240,7 @@ const MaxNodeProviders = 4
 // about once however many nodes run it.
 func (c *Coordinator) providersFor(content cid.Cid) []*proto.Provider {
 	c.mu.Lock()
-	holders := c.state.Holders(content.String(), time.Now())
+	holders := c.state.Holders(content.String(), time.Now(), 2*MaxNodeProviders)
 	c.mu.Unlock()
 	out := []*proto.Provider{c.selfProvider()}
 	for _, h := range holders {

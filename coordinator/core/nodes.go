@@ -56,10 +56,7 @@ func (s *State) announced(e Announced) {
 			others += running
 		}
 	}
-	cached := make(map[string]bool, len(e.Cached))
-	for _, c := range e.Cached {
-		cached[c] = true
-	}
+	cached := s.indexCached(e.Node, n.Cached, e.Cached)
 	hold, connected := n.hold, n.Connected
 	*n = NodeView{Seq: e.Seq, Incarnation: e.Incarnation, Certified: e.Certified, Operator: s.operatorOfNode(e.Certified),
 		TotalSlots: e.TotalSlots, FreeSlots: e.FreeSlots, Mine: mine, Others: others, ServesUs: hasKey(e.Coordinators, s.cfg.Self),
@@ -80,6 +77,43 @@ func (s *State) announced(e Announced) {
 		s.persistRecord(rec)
 	}
 	s.wake()
+}
+
+// indexCached returns node's cached set as now announced and keeps the
+// holders index in step with it: unchanged (the usual case, as nodes
+// announce every few seconds) it is the old set, looked up and kept.
+func (s *State) indexCached(node string, old map[string]bool, now []string) map[string]bool {
+	if len(old) == len(now) {
+		same := true
+		for _, c := range now {
+			if !old[c] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return old
+		}
+	}
+	for c := range old {
+		if set := s.holders[c]; set != nil {
+			set.remove(node)
+			if len(set.ids) == 0 {
+				delete(s.holders, c)
+			}
+		}
+	}
+	cached := make(map[string]bool, len(now))
+	for _, c := range now {
+		cached[c] = true
+		set := s.holders[c]
+		if set == nil {
+			set = &idSet{}
+			s.holders[c] = set
+		}
+		set.add(node)
+	}
+	return cached
 }
 
 func hasKey[V any](m map[string]V, k string) bool { _, ok := m[k]; return ok }
@@ -159,6 +193,7 @@ func (s *State) currentOperator(a *Attempt) string {
 func (s *State) pruneNodes() {
 	for id, n := range s.Nodes {
 		if s.now.Sub(n.LastSeen) > 10*s.cfg.NodeTTL {
+			s.indexCached(id, n.Cached, nil)
 			delete(s.Nodes, id)
 			delete(s.lastJob, id)
 		}

@@ -462,28 +462,41 @@ func (s *State) Repro(id string) (ReproView, bool) {
 	return v, true
 }
 
-// Holders lists the nodes in view at now that announce content cid as
-// cached, most recently seen first.
-func (s *State) Holders(cid string, now time.Time) []string {
-	type holder struct {
-		id   string
-		seen time.Time
+// Holders lists at most max nodes in view at now that announce content
+// cid as cached, most recently seen first (then by ID). It costs the
+// content's holders, not the nodes in view.
+func (s *State) Holders(cid string, now time.Time, max int) []string {
+	set := s.holders[cid]
+	if set == nil || max <= 0 {
+		return nil
 	}
-	var hs []holder
-	for id, n := range s.Nodes {
-		if now.Sub(n.LastSeen) <= s.cfg.NodeTTL && n.Cached[cid] {
-			hs = append(hs, holder{id, n.LastSeen})
+	before := func(a, b string) bool {
+		sa, sb := s.Nodes[a].LastSeen, s.Nodes[b].LastSeen
+		if !sa.Equal(sb) {
+			return sa.After(sb)
 		}
+		return a < b
 	}
-	slices.SortFunc(hs, func(a, b holder) int {
-		if d := b.seen.Compare(a.seen); d != 0 {
-			return d
+	// The best max, kept sorted by insertion: max is a handful.
+	out := make([]string, 0, max)
+	for _, id := range set.ids {
+		n := s.Nodes[id]
+		if n == nil || now.Sub(n.LastSeen) > s.cfg.NodeTTL {
+			continue
 		}
-		return strings.Compare(a.id, b.id)
-	})
-	out := make([]string, len(hs))
-	for i, h := range hs {
-		out[i] = h.id
+		if len(out) == max && !before(id, out[max-1]) {
+			continue
+		}
+		i := len(out)
+		if i == max {
+			i--
+		} else {
+			out = append(out, "")
+		}
+		for ; i > 0 && before(id, out[i-1]); i-- {
+			out[i] = out[i-1]
+		}
+		out[i] = id
 	}
 	return out
 }

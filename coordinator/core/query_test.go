@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +86,52 @@ func TestUnitEntry(t *testing.T) {
 				t.Fatalf("an entry holds the private verdict: %s", b)
 			}
 		})
+	}
+}
+
+// TestHolders: the holders of a content are the nodes in view that
+// announce it, most recently seen first, at most max; a node that stops
+// announcing it, falls out of view or is forgotten is no holder.
+func TestHolders(t *testing.T) {
+	h := newHarness(t)
+	cache := func(cids ...string) func(*Announced) { return func(a *Announced) { a.Cached = cids } }
+	h.announce("n1", "op1", 1, cache("c1", "c2"))
+	h.advance(time.Second)
+	h.announce("n2", "op2", 1, cache("c1"))
+	h.advance(time.Second)
+	h.announce("n3", "op3", 1, cache("c1", "c3"))
+	h.announce("n0", "op0", 1, cache("c1"))
+	check := func(step, cid string, max int, want ...string) {
+		t.Helper()
+		if got := h.s.Holders(cid, h.now, max); !slices.Equal(got, want) {
+			t.Fatalf("%s: Holders(%s, max %d) = %v, want %v", step, cid, max, got, want)
+		}
+	}
+	check("announced", "c1", 10, "n0", "n3", "n2", "n1") // n0 and n3 seen together: by ID
+	check("announced", "c1", 2, "n0", "n3")
+	check("announced", "c2", 10, "n1")
+	check("announced", "c9", 10)
+	check("announced", "c1", 0)
+
+	h.advance(time.Second)
+	h.announce("n1", "op1", 1, cache("c3")) // n1 drops c1 and c2
+	check("changed", "c1", 10, "n0", "n3", "n2")
+	check("changed", "c2", 10)
+	check("changed", "c3", 10, "n1", "n3")
+	h.announce("n1", "op1", 1, cache("c3")) // unchanged
+	check("unchanged", "c3", 10, "n1", "n3")
+
+	ttl := h.s.Config().NodeTTL
+	h.advance(ttl - time.Second) // n2 (seen at +1s) is now out of view
+	check("out of view", "c1", 10, "n0", "n3")
+	h.announce("n2", "op2", 1, cache("c1"))
+	check("back in view", "c1", 10, "n2", "n0", "n3")
+	h.advance(10*ttl + time.Second)
+	h.announce("n3", "op3", 1, cache("c3"))
+	h.tick() // forgets n0, n1 and n2
+	check("forgotten", "c1", 10)
+	check("forgotten", "c3", 10, "n3")
+	if len(h.s.holders) != 1 {
+		t.Fatalf("the index keeps %d contents after the nodes holding them were forgotten, want 1", len(h.s.holders))
 	}
 }

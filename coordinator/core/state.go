@@ -211,6 +211,8 @@ type State struct {
 	canarySources idSet
 	// lastJob is when each node was last given a job (idle canaries).
 	lastJob map[string]time.Time
+	// holders indexes Nodes by the content they announce as cached.
+	holders map[string]*idSet
 	// BusyDeclines and OfferFailures count, since start, offers declined
 	// for want of a slot and offers that never got an answer.
 	BusyDeclines, OfferFailures int
@@ -236,7 +238,7 @@ func New(cfg Config, catalog Catalog) (*State, error) {
 		Attempts: map[string]*Attempt{}, Units: map[string][]string{}, Leases: lease.NewLeases(cfg.LeaseTTL),
 		Nodes: map[string]*NodeView{}, Records: map[string]*NodeRecord{}, Usage: map[string]schedule.GroupUsage{},
 		Evals: map[string]EvalRecord{}, Pipelines: map[string]*Pipeline{}, Repros: map[string]*ReproRecord{},
-		Admitted: map[string]Admitted{}, Book: book, lastJob: map[string]time.Time{},
+		Admitted: map[string]Admitted{}, Book: book, lastJob: map[string]time.Time{}, holders: map[string]*idSet{},
 	}, nil
 }
 

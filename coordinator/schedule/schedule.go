@@ -195,10 +195,12 @@ type scheduler struct {
 	byID   map[string]*nodeSlot
 	// ranked orders nodes with free slots by reliability, free slots, ID.
 	ranked nodeHeap
-	// cached maps a capsule CID to the free nodes holding it.
-	cached map[string][]*nodeSlot
-	groups []*groupTurn
-	groupQ groupHeap
+	// cached maps a capsule CID to the free nodes holding it, in ID
+	// order; holders ranks them, per capsule, built when first asked.
+	cached  map[string][]*nodeSlot
+	holders map[string]*holderHeap
+	groups  []*groupTurn
+	groupQ  groupHeap
 	// unitNodes and unitOps add this call's placements to the input's.
 	unitNodes map[string][]string
 	unitOps   map[string][]string
@@ -237,7 +239,7 @@ type groupTurn struct {
 
 func newScheduler(in ScheduleInput) *scheduler {
 	s := &scheduler{in: in, charge: in.RunningCharge, byID: make(map[string]*nodeSlot),
-		cached: make(map[string][]*nodeSlot), unitNodes: make(map[string][]string),
+		cached: make(map[string][]*nodeSlot), holders: make(map[string]*holderHeap), unitNodes: make(map[string][]string),
 		unitOps: make(map[string][]string), unplaceable: make(map[memoKey]bool), freeByOp: make(map[string]int)}
 	if s.charge <= 0 {
 		s.charge = DefaultRunningCharge
@@ -337,12 +339,7 @@ func (s *scheduler) place(p *Pending) *nodeSlot {
 	if constrained && s.excludedFree(p) >= s.free {
 		return nil // every free slot is on an operator or node it must avoid
 	}
-	var best *nodeSlot
-	for _, n := range s.cached[p.CapsuleCID] {
-		if n.free > 0 && s.eligible(p, n) && (best == nil || rankBefore(n, best)) {
-			best = n
-		}
-	}
+	best := s.bestHolder(p)
 	if best == nil {
 		// Walk nodes in rank order until one is eligible.
 		var skipped []*nodeSlot
@@ -376,6 +373,61 @@ func (s *scheduler) place(p *Pending) *nodeSlot {
 	if p.Unit != "" {
 		s.unitNodes[p.Unit] = append(s.unitNodes[p.Unit], best.view.ID)
 		s.unitOps[p.Unit] = append(s.unitOps[p.Unit], best.view.operator())
+	}
+	return best
+}
+
+// bestHolder is the first eligible node, in rank order, among the free
+// nodes that hold p's capsule, or nil. It walks the capsule's holder heap
+// from the top, so a placement costs the ineligible holders ranked above
+// the chosen one, not every holder: with 10,000 nodes a capsule may have
+// a thousand.
+func (s *scheduler) bestHolder(p *Pending) *nodeSlot {
+	if p.CapsuleCID == "" {
+		return nil
+	}
+	h := s.holders[p.CapsuleCID]
+	if h == nil {
+		list := s.cached[p.CapsuleCID]
+		if len(list) == 0 {
+			return nil
+		}
+		h = &holderHeap{}
+		entries := make([]holder, 0, len(list))
+		for _, n := range list {
+			if n.free > 0 {
+				entries = append(entries, holder{n: n, free: n.free})
+				h.entries = append(h.entries, &entries[len(entries)-1])
+			}
+		}
+		heap.Init(h)
+		s.holders[p.CapsuleCID] = h
+	}
+	var best *nodeSlot
+	var skipped []*holder
+	for h.Len() > 0 {
+		top := h.entries[0]
+		if top.free != top.n.free {
+			// Ranked by a count of free slots it no longer has: rank it
+			// anew, or drop it when it has none left (free slots only fall within a call, so every entry
+			// ranks at or above where its node does now, and the first
+			// entry that is current is the best holder there is).
+			if top.n.free > 0 {
+				top.free = top.n.free
+				heap.Fix(h, 0)
+			} else {
+				heap.Pop(h)
+			}
+			continue
+		}
+		if s.eligible(p, top.n) {
+			best = top.n
+			break
+		}
+		skipped = append(skipped, heap.Pop(h).(*holder))
+	}
+	for _, e := range skipped {
+		heap.Push(h, e)
 	}
 	return best
 }
@@ -428,12 +480,16 @@ func (s *scheduler) eligible(p *Pending, n *nodeSlot) bool {
 }
 
 // rankBefore orders nodes: more reliable, then more free slots, then smaller ID.
-func rankBefore(a, b *nodeSlot) bool {
+func rankBefore(a, b *nodeSlot) bool { return rankedBefore(a, a.free, b, b.free) }
+
+// rankedBefore is rankBefore with a and b counted as having af and bf
+// free slots.
+func rankedBefore(a *nodeSlot, af int, b *nodeSlot, bf int) bool {
 	if a.rel != b.rel {
 		return a.rel > b.rel
 	}
-	if a.free != b.free {
-		return a.free > b.free
+	if af != bf {
+		return af > bf
 	}
 	return a.view.ID < b.view.ID
 }
@@ -456,6 +512,28 @@ func (h *nodeHeap) Pop() any {
 	h.nodes = h.nodes[:len(h.nodes)-1]
 	n.heapIdx = -1
 	return n
+}
+
+// holder is a node in a capsule's holder heap, ranked as it was when it
+// was pushed (with free free slots).
+type holder struct {
+	n    *nodeSlot
+	free int
+}
+
+type holderHeap struct{ entries []*holder }
+
+func (h holderHeap) Len() int { return len(h.entries) }
+func (h holderHeap) Less(i, j int) bool {
+	a, b := h.entries[i], h.entries[j]
+	return rankedBefore(a.n, a.free, b.n, b.free)
+}
+func (h holderHeap) Swap(i, j int) { h.entries[i], h.entries[j] = h.entries[j], h.entries[i] }
+func (h *holderHeap) Push(x any)   { h.entries = append(h.entries, x.(*holder)) }
+func (h *holderHeap) Pop() any {
+	e := h.entries[len(h.entries)-1]
+	h.entries = h.entries[:len(h.entries)-1]
+	return e
 }
 
 type groupHeap struct{ groups []*groupTurn }

@@ -330,3 +330,46 @@ func TestScheduleMatchesResources(t *testing.T) {
 		t.Fatalf("placements %v: want g1 and c1, not g2", got)
 	}
 }
+
+// TestBestHolderIsTheScan: the holder heap chooses, at every placement of
+// a busy round, exactly the node a scan of every holder of the capsule
+// would (the first eligible one in rank order), while free slots fall,
+// replicas exclude nodes and operators and some attempts avoid nodes.
+func TestBestHolderIsTheScan(t *testing.T) {
+	for seed := range uint64(5) {
+		in := benchInput(300, 3000, seed)
+		s := newScheduler(in)
+		chosen, placed := 0, 0
+		for i := range in.Pending {
+			p := &in.Pending[i]
+			var want *nodeSlot
+			for _, n := range s.cached[p.CapsuleCID] {
+				if n.free > 0 && s.eligible(p, n) && (want == nil || rankBefore(n, want)) {
+					want = n
+				}
+			}
+			if got := s.bestHolder(p); got != want {
+				t.Fatalf("seed %d, attempt %d (%s): holder heap chose %v, a scan %v", seed, i, p.AttemptID, id(got), id(want))
+			}
+			if want != nil {
+				chosen++
+			}
+			if s.place(p) != nil {
+				placed++
+			}
+			if s.free == 0 {
+				break
+			}
+		}
+		if chosen < 100 || placed < 1000 {
+			t.Fatalf("seed %d: %d attempts went to a holder, %d placed: the case tests too little", seed, chosen, placed)
+		}
+	}
+}
+
+func id(n *nodeSlot) string {
+	if n == nil {
+		return "none"
+	}
+	return n.view.ID
+}
