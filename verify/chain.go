@@ -23,11 +23,15 @@ func Genesis(attempt string) string {
 
 // Link is the head after an exchange of request and answer on prev.
 func Link(prev string, request, answer []byte) string {
-	rq, an := sha256.Sum256(request), sha256.Sum256(answer)
+	return LinkSums(prev, sha256.Sum256(request), sha256.Sum256(answer))
+}
+
+// LinkSums is Link given the bodies' SHA-256 (which their CIDs hold).
+func LinkSums(prev string, request, answer [sha256.Size]byte) string {
 	h := sha256.New()
 	h.Write([]byte(prev))
-	h.Write(rq[:])
-	h.Write(an[:])
+	h.Write(request[:])
+	h.Write(answer[:])
 	return hex.EncodeToString(h.Sum(nil))
 }
 
