@@ -79,7 +79,6 @@ type chains struct {
 // in its report.
 const ChainHeader = "Repronet-Chain"
 
-
 // Option changes a Gateway.
 type Option func(*Gateway)
 
