@@ -77,7 +77,7 @@ type chains struct {
 // ChainHeader carries the attempt's chain head after the call (a
 // trailer of streamed and refused answers): the node signs the last one
 // in its report.
-const ChainHeader = "Repronet-Chain"
+const ChainHeader = modelnet.ChainHeader
 
 // Option changes a Gateway.
 type Option func(*Gateway)

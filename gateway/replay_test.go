@@ -5,10 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
+	"sync"
 	"testing"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/repronet/repronet/gateway"
+	"github.com/repronet/repronet/gateway/modelnet"
 	"github.com/repronet/repronet/internal/modelsim"
 	"github.com/repronet/repronet/verify"
 )
@@ -145,5 +150,40 @@ func TestReplay(t *testing.T) {
 		[]verify.Answer{{Name: "q", Value: json.RawMessage("42")}}, verify.DefaultTolerance())
 	if j.Verdict != verify.NeedsReplay {
 		t.Fatalf("verdict %s (%s), want %s", j.Verdict, j.Reason, verify.NeedsReplay)
+	}
+}
+
+// TestNodeProxyChainHead: over libp2p, the node's proxy is told the chain
+// head of every answer, plain or streamed (trailer), and the last one is
+// the recorded trajectory's head: what the node signs in its report.
+func TestNodeProxyChainHead(t *testing.T) {
+	n := newP2PNet(t, agentScriptChat())
+	h := newHost(t, false)
+	if err := h.Connect(context.Background(), peer.AddrInfo{ID: n.coord.ID(), Addrs: n.coord.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	n.rig.node = h.ID()
+	var mu sync.Mutex
+	var heads []string
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	p, err := modelnet.StartProxy(ctx, h, n.coord.ID(), "127.0.0.1:0", modelnet.ProxyOptions{Attempt: "at-1",
+		OnChainHead: func(s string) { mu.Lock(); heads = append(heads, s); mu.Unlock() }}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	tok := n.grant(t, "at-1", gateway.USD, nil)
+	first, _ := agentTurns()
+	for _, body := range []map[string]any{first, chatBody("gpt-sim", map[string]any{"stream": true})} {
+		if status, out, _ := callChain(t, p.URL(), tok, body); status != http.StatusOK {
+			t.Fatalf("%d %s", status, out)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := verify.Head("at-1", gateway.Exchanges(trajectory(t, n.rig, "at-1")))
+	if len(heads) != 2 || heads[1] != want {
+		t.Fatalf("the node was told heads %v, want 2 ending with %s", heads, want)
 	}
 }
