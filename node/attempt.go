@@ -12,9 +12,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
-	"sync"
 	"time"
 
 	"github.com/ipfs/go-cid"
