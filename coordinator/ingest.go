@@ -198,6 +198,7 @@ func evidenceOf(r *proto.Report) crosscheck.Evidence {
 		WallSeconds:    float64(wall) / 1000,
 		CPUSeconds:     r.GetUsage().GetCpuSeconds(),
 		LogBytes:       len(r.GetStdoutTail()) + len(r.GetStderrTail()),
+		ChainHead:      r.GetModelChainHead(),
 	}
 }
 

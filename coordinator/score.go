@@ -111,6 +111,9 @@ func (c *Coordinator) score(ctx context.Context, id string) (core.Scored, bool) 
 		ev.Score.Comparable, err = c.capsuleRunResult(ctx, job)
 	} else {
 		ev.Scorer, ev.Score, err = c.scoreAgent(ctx, job)
+		if err == nil {
+			ev.Unbound, err = c.bindToTrajectory(ctx, job.Attempt)
+		}
 	}
 	if err != nil {
 		ev.Err = err.Error()

@@ -113,6 +113,12 @@ func TestReferenceAgentThroughGateway(t *testing.T) {
 		if err != nil || len(traj) != int(calls) {
 			t.Fatalf("trajectory of %s: %d calls, %v", a.ID, len(traj), err)
 		}
+		// The node signed the head of the conversation the gateway
+		// recorded; the answers are bound to it (the entry is validated).
+		rep, _, err := c.Report(ctx, a.ID)
+		if err != nil || rep.GetModelChainHead() == "" || rep.GetModelChainHead() != traj[len(traj)-1].Chain {
+			t.Fatalf("attempt %s: the report signs chain head %q, the gateway's is %q (%v)", a.ID, rep.GetModelChainHead(), traj[len(traj)-1].Chain, err)
+		}
 		second := string(traj[1].RequestBody)
 		if !strings.Contains(second, "OPENAI_API_KEY="+gateway.TokenPrefix) || !strings.Contains(second, "OPENAI_BASE_URL=http://") {
 			t.Fatalf("the agent's environment, as it listed it: %s", second)

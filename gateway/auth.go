@@ -32,6 +32,10 @@ type Grant struct {
 	Budgets Budgets   `json:"budgets"`
 	// Models the attempt may call; empty: every model the gateway prices.
 	Models []string `json:"models,omitempty"`
+	// Replay names the recorded attempt this attempt replays: its calls
+	// are answered with the recorded answers, in order, at no cost
+	// (replay.go).
+	Replay string `json:"replay,omitempty"`
 }
 
 // Budgets are the caps of a grant's three budgets (Unlimited for none).

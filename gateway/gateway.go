@@ -4,7 +4,10 @@
 // gateway), bounds each call so that no budget is ever exceeded, charges
 // the call to the attempt's, evaluation's and group's budgets, and records
 // every request and answer, content-addressed, in the attempt's
-// trajectory.
+// trajectory. It links each call into the attempt's conversation chain
+// (package verify) and returns the head after it (ChainHeader), and it
+// answers a replay attempt's calls with the recorded attempt's answers,
+// in order and free (replay.go).
 //
 // It serves OpenAI's chat completions (POST /v1/chat/completions,
 // streaming or not, tool calls passed through untouched), Anthropic's
@@ -42,6 +45,7 @@ import (
 	"time"
 
 	"github.com/repronet/repronet/gateway/modelnet"
+	"github.com/repronet/repronet/verify"
 )
 
 // Gateway serves model calls; it is an http.Handler.
@@ -56,7 +60,24 @@ type Gateway struct {
 	now         func() time.Time
 	onExhausted func(context.Context, Grant, *BudgetError)
 	secrets     [][]byte
+
+	chains *chains
 }
+
+// maxKeptHeads bounds the chain heads kept in memory.
+const maxKeptHeads = 4096
+
+// chains order each attempt's records with its chain: the head is linked
+// and the record appended under mu.
+type chains struct {
+	mu    sync.Mutex
+	heads map[string]string // attempt -> its chain's head
+}
+
+// ChainHeader carries the attempt's chain head after the call (a
+// trailer of streamed and refused answers): the node signs the last one
+// in its report.
+const ChainHeader = modelnet.ChainHeader
 
 // Option changes a Gateway.
 type Option func(*Gateway)
@@ -88,7 +109,7 @@ func New(cfg Config, auth Authorizer, ledger Ledger, rec Recorder, opts ...Optio
 	}
 	g := &Gateway{routes: c.routes, limits: c.limits, auth: auth, ledger: ledger, rec: rec,
 		client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
-		log:    slog.New(slog.DiscardHandler), now: time.Now}
+		log:    slog.New(slog.DiscardHandler), now: time.Now, chains: &chains{heads: map[string]string{}}}
 	for _, o := range opts {
 		o(g)
 	}
@@ -262,6 +283,10 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 		writeAPIError(w, a.api, http.StatusForbidden, errPermission, err.Error())
 		return
 	}
+	if grant.Replay != "" {
+		g.serveReplay(w, r, a, grant, req, body, start)
+		return
+	}
 	// The input is bounded on the longest body the provider can get: the
 	// rewrite with the model's largest output bound.
 	longest, err := a.rewrite(req, rt, rt.model.MaxOutput)
@@ -282,7 +307,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 		var be *BudgetError
 		if errors.As(err, &be) && errors.Is(err, ErrBudgetExhausted) {
 			c.Status, c.Refused, c.Error = http.StatusPaymentRequired, RefusedBudget, err.Error()
-			g.finish(ctx, c)
+			w.Header().Set(ChainHeader, g.finish(ctx, c))
 			if g.onExhausted != nil {
 				g.onExhausted(ctx, grant, be)
 			}
@@ -308,7 +333,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 				g.log.Warn("provider reported more than the call's bound", "provider", rt.provider.Name, "model", req.Model,
 					"attempt", grant.Attempt, "bound", plan.Bound, "reported", c.Cost)
 			}
-			g.finish(ctx, c)
+			c.Chain = g.finish(ctx, c)
 		})
 	}
 	defer settle()
@@ -386,12 +411,17 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, clientHead
 	}
 	defer resp.Body.Close()
 	headerAt := g.now()
-	if resp.StatusCode != http.StatusOK {
-		g.relayRefusal(w, a, rt, req, resp, c)
-		return
-	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		g.relayStream(w, a, rt, req, resp, c, cancel)
+	if resp.StatusCode != http.StatusOK || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		// The chain's head is known once the answer is recorded: after
+		// the body, in a trailer.
+		w.Header().Set("Trailer", ChainHeader)
+		if resp.StatusCode != http.StatusOK {
+			g.relayRefusal(w, a, rt, req, resp, c)
+		} else {
+			g.relayStream(w, a, rt, req, resp, c, cancel)
+		}
+		settle()
+		w.Header().Set(ChainHeader, c.Chain)
 		return
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, g.limits.MaxResponseBytes+1))
@@ -414,6 +444,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, clientHead
 	// Charged and recorded before the client has it: a crash after this
 	// point cannot have given an answer for free.
 	settle()
+	w.Header().Set(ChainHeader, c.Chain)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
@@ -543,16 +574,71 @@ func (g *Gateway) put(ctx context.Context, data []byte) string {
 	return id
 }
 
-// finish records c.
-func (g *Gateway) finish(ctx context.Context, c Call) {
+// finish links c into its attempt's chain, records it and returns the
+// chain's head after it ("" when the chain could not be read: logged).
+func (g *Gateway) finish(ctx context.Context, c Call) string {
 	end := g.now()
 	c.Ended = end.UTC()
 	c.TotalMS = ms(end.Sub(c.Started))
-	if _, err := g.rec.Append(context.WithoutCancel(ctx), c); err != nil {
+	ctx = context.WithoutCancel(ctx)
+	g.chains.mu.Lock()
+	defer g.chains.mu.Unlock()
+	prev, err := g.chainHead(ctx, c.Attempt)
+	if err == nil {
+		var rq, an [32]byte
+		rq, err = BodySum(c.Request)
+		if err == nil {
+			an, err = BodySum(c.Response)
+		}
+		c.Chain = verify.LinkSums(prev, rq, an)
+	}
+	if err != nil {
+		c.Chain = ""
+		g.log.Error("linking a call into its chain failed", "attempt", c.Attempt, "err", err)
+	}
+	if _, err := g.rec.Append(ctx, c); err != nil {
 		g.log.Error("recording a call failed", "attempt", c.Attempt, "err", err)
+	} else if c.Chain != "" {
+		if len(g.chains.heads) >= maxKeptHeads {
+			// Heads are kept to spare reading records; any is read back.
+			clear(g.chains.heads)
+		}
+		g.chains.heads[c.Attempt] = c.Chain
 	}
 	g.log.Debug("model call", "attempt", c.Attempt, "model", c.Model, "status", c.Status, "input", c.Usage.Input,
 		"output", c.Usage.Output, "cost", c.Cost, "charged", c.Charged, "ms", c.TotalMS)
+	return c.Chain
+}
+
+// chainHead is the head of attempt's chain (under chains.mu): kept since
+// its last call, or read back from its records (after a restart).
+func (g *Gateway) chainHead(ctx context.Context, attempt string) (string, error) {
+	if h, ok := g.chains.heads[attempt]; ok {
+		return h, nil
+	}
+	calls, err := g.rec.Calls(ctx, attempt)
+	if err != nil {
+		return "", fmt.Errorf("chain of %s: %w", attempt, err)
+	}
+	return ChainOf(attempt, calls)
+}
+
+// ChainOf is the head of an attempt's chain after its recorded calls:
+// the coordinator checks a report's head with it.
+func ChainOf(attempt string, calls []Call) (string, error) {
+	h := verify.Genesis(attempt)
+	for _, c := range calls {
+		rq, err := BodySum(c.Request)
+		if err != nil {
+			return "", fmt.Errorf("chain of %s: call %d: %w", attempt, c.Seq, err)
+		}
+		an, err := BodySum(c.Response)
+		if err != nil {
+			return "", fmt.Errorf("chain of %s: call %d: %w", attempt, c.Seq, err)
+		}
+		h = verify.LinkSums(h, rq, an)
+	}
+	return h, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

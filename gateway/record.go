@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/ipfs/go-cid"
 	mh "github.com/multiformats/go-multihash"
+
+	"github.com/repronet/repronet/verify"
 )
 
 // API names of recorded calls.
@@ -82,12 +85,52 @@ type Call struct {
 	Bound   Money `json:"bound"`
 	Charged Money `json:"charged"`
 	Overrun Money `json:"overrun,omitempty"`
+
+	// Chain is the head of the attempt's conversation chain after this
+	// call (package verify: over the request and answer bodies as
+	// recorded); the node signs the last one in its report.
+	Chain string `json:"chain,omitempty"`
+	// ReplayOf names the recorded call ("<attempt>/<seq>") whose answer a
+	// replay was given; ReplayMatch says whether the replayed request was
+	// the recorded one, byte for byte.
+	ReplayOf    string `json:"replay_of,omitempty"`
+	ReplayMatch bool   `json:"replay_match,omitempty"`
 }
 
 // Refusal reasons.
 const (
 	RefusedBudget = "budget_exhausted"
+	// RefusedReplayExhausted: a replay asked for more calls than the
+	// recorded trajectory holds.
+	RefusedReplayExhausted = "replay_exhausted"
 )
+
+// BodySum is the SHA-256 a body's CID holds (of nothing for "": a call
+// without that body).
+func BodySum(id string) ([sha256.Size]byte, error) {
+	if id == "" {
+		return sha256.Sum256(nil), nil
+	}
+	c, err := cid.Decode(id)
+	if err != nil {
+		return [sha256.Size]byte{}, fmt.Errorf("body %q: %w", id, err)
+	}
+	d, err := mh.Decode(c.Hash())
+	if err != nil || d.Code != mh.SHA2_256 || len(d.Digest) != sha256.Size {
+		return [sha256.Size]byte{}, fmt.Errorf("body %s: not a SHA-256 CID", id)
+	}
+	return [sha256.Size]byte(d.Digest), nil
+}
+
+// Exchanges are a trajectory's calls as verification reads them.
+func Exchanges(calls []TrajectoryCall) []verify.Exchange {
+	out := make([]verify.Exchange, len(calls))
+	for i, c := range calls {
+		out[i] = verify.Exchange{API: c.API, Request: c.RequestBody, Response: c.ResponseBody,
+			Failed: c.Status != 200 || c.Refused != ""}
+	}
+	return out
+}
 
 // CID is the content address of data: CIDv1, raw codec, SHA-256.
 func CID(data []byte) string {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -258,6 +259,8 @@ func (p *phase) get() string {
 type attemptResult struct {
 	run     sandbox.Result
 	outputs []*proto.OutputRef
+	// chainHead is the last conversation chain head the gateway returned.
+	chainHead string
 }
 
 // execute fetches, prepares and runs one job. An error is an
@@ -334,8 +337,14 @@ func (n *Node) execute(ctx context.Context, coord peer.ID, a *proto.Assignment, 
 			return attemptResult{}, fmt.Errorf("grant GPUs %v: %w", p.gpus, err)
 		}
 	}
+	var headMu sync.Mutex
+	var head string
 	if tok := a.GetModelToken(); tok != "" {
-		spec.Services = append(spec.Services, n.modelService(ctx, coord, a.GetAttemptId(), tok))
+		spec.Services = append(spec.Services, n.modelService(ctx, coord, a.GetAttemptId(), tok, func(h string) {
+			headMu.Lock()
+			head = h
+			headMu.Unlock()
+		}))
 	}
 	if r.GetEntrypointSet() {
 		spec.Entrypoint = append([]string{}, r.GetEntrypoint()...) // non-nil: replaces the image's
@@ -353,7 +362,9 @@ func (n *Node) execute(ctx context.Context, coord peer.ID, a *proto.Assignment, 
 	}
 	// Everything is read before the workspace is closed.
 	ph.set("collecting")
-	return attemptResult{run: res, outputs: recipe.Collect(ctx, ws.Dir(), r.GetOutputs(), n.addOutput)}, nil
+	headMu.Lock()
+	defer headMu.Unlock()
+	return attemptResult{run: res, outputs: recipe.Collect(ctx, ws.Dir(), r.GetOutputs(), n.addOutput), chainHead: head}, nil
 }
 
 // addOutput stores an output in the capsule store, pinned until its

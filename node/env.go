@@ -59,10 +59,13 @@ func (n *Node) startEgress() error {
 // of the coordinator's gateway for this attempt alone (its calls carry
 // the attempt), and its address and token in the job's environment as
 // OpenAI's and Anthropic's SDKs read them.
-func (n *Node) modelService(ctx context.Context, coord peer.ID, attempt, token string) sandbox.Service {
+//
+// onHead is told the chain head each answer carries: the last one goes
+// in the report.
+func (n *Node) modelService(ctx context.Context, coord peer.ID, attempt, token string, onHead func(string)) sandbox.Service {
 	return sandbox.Service{Name: "model endpoint", Port: ModelPort,
 		Start: func(listen netip.AddrPort, _ netip.Addr) (func(), error) {
-			p, err := modelnet.StartProxy(ctx, n.host, coord, listen.String(), modelnet.ProxyOptions{Attempt: attempt},
+			p, err := modelnet.StartProxy(ctx, n.host, coord, listen.String(), modelnet.ProxyOptions{Attempt: attempt, OnChainHead: onHead},
 				n.log.With("attempt", attempt, "component", "model-proxy"))
 			if err != nil {
 				return nil, err

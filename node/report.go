@@ -13,6 +13,7 @@ func fillReport(r *proto.Report, res attemptResult) {
 	r.ExitCode = int32(run.ExitCode)
 	r.StdoutTail, r.StderrTail = run.Stdout, run.Stderr
 	r.Detail = run.Detail
+	r.ModelChainHead = res.chainHead
 	r.Usage = &proto.Usage{CpuSeconds: run.CPUSeconds, PeakMemoryBytes: run.PeakMemoryBytes, WallMillis: run.Wall.Milliseconds(),
 		PeakPids: run.PeakPids, DiskUsedBytes: run.DiskUsedBytes, EgressRefused: run.EgressRefused}
 	r.Outputs = res.outputs

@@ -1999,9 +1999,13 @@ type Report struct {
 	Detail string `protobuf:"bytes,14,opt,name=detail,proto3" json:"detail,omitempty"`
 	// outputs are the recipe's outputs, in order, by content address: the
 	// coordinator fetches them from the node before it acknowledges.
-	Outputs       []*OutputRef `protobuf:"bytes,16,rep,name=outputs,proto3" json:"outputs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Outputs []*OutputRef `protobuf:"bytes,16,rep,name=outputs,proto3" json:"outputs,omitempty"`
+	// model_chain_head is the head of the attempt's conversation chain the
+	// gateway returned with the last model call (package verify; empty: no
+	// call): the node signs what the model was shown and answered.
+	ModelChainHead string `protobuf:"bytes,18,opt,name=model_chain_head,json=modelChainHead,proto3" json:"model_chain_head,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Report) Reset() {
@@ -2123,6 +2127,13 @@ func (x *Report) GetOutputs() []*OutputRef {
 		return x.Outputs
 	}
 	return nil
+}
+
+func (x *Report) GetModelChainHead() string {
+	if x != nil {
+		return x.ModelChainHead
+	}
+	return ""
 }
 
 // OutputRef is one returned output.
@@ -2569,7 +2580,7 @@ const file_proto_repronet_proto_rawDesc = "" +
 	"OutputFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\x82\x04\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\xac\x04\n" +
 	"\x06Report\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12 \n" +
@@ -2589,7 +2600,8 @@ const file_proto_repronet_proto_rawDesc = "" +
 	"\x13started_unix_millis\x18\f \x01(\x03R\x11startedUnixMillis\x120\n" +
 	"\x14finished_unix_millis\x18\r \x01(\x03R\x12finishedUnixMillis\x12\x16\n" +
 	"\x06detail\x18\x0e \x01(\tR\x06detail\x120\n" +
-	"\aoutputs\x18\x10 \x03(\v2\x16.repronet.v1.OutputRefR\aoutputsJ\x04\b\x03\x10\x04J\x04\b\a\x10\bJ\x04\b\b\x10\tJ\x04\b\x0f\x10\x10\"[\n" +
+	"\aoutputs\x18\x10 \x03(\v2\x16.repronet.v1.OutputRefR\aoutputs\x12(\n" +
+	"\x10model_chain_head\x18\x12 \x01(\tR\x0emodelChainHeadJ\x04\b\x03\x10\x04J\x04\b\a\x10\bJ\x04\b\b\x10\tJ\x04\b\x0f\x10\x10\"[\n" +
 	"\tOutputRef\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x10\n" +
 	"\x03cid\x18\x02 \x01(\fR\x03cid\x12\x12\n" +

@@ -12,6 +12,8 @@ import (
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/peer"
 	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/repronet/repronet/verify"
 )
 
 // Bounds on announcement fields: an announcement is a few KiB at most
@@ -411,6 +413,9 @@ func ValidateReport(r *Report) error {
 	}
 	if len(r.GetDetail()) > MaxReportText {
 		return invalid("report %s: detail is %d bytes (max %d)", id, len(r.GetDetail()), MaxReportText)
+	}
+	if err := verify.ValidHead(r.GetModelChainHead()); err != nil {
+		return invalid("report %s: model_chain_head: %v", id, err)
 	}
 	if _, err := cid.Cast(r.GetImageCid()); err != nil && len(r.GetImageCid()) > 0 {
 		return invalid("report %s: image_cid: %v", id, err)

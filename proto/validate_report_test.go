@@ -32,6 +32,8 @@ func TestValidateReport(t *testing.T) {
 		{"output without path", func(r *Report) { r.Outputs = []*OutputRef{{}} }, "outputs[0].path"},
 		{"output without a cid or an error", func(r *Report) { r.Outputs = []*OutputRef{{Path: "report.json"}} }, "outputs[0].cid"},
 		{"output with an error", func(r *Report) { r.Outputs = []*OutputRef{{Path: "report.json", Error: "missing"}} }, ""},
+		{"a chain head", func(r *Report) { r.ModelChainHead = strings.Repeat("ab", 32) }, ""},
+		{"a chain head that is not one", func(r *Report) { r.ModelChainHead = "deadbeef" }, "model_chain_head"},
 	}
 	for _, tt := range tests {
 		r := ok()

@@ -17,6 +17,10 @@ type Scored struct {
 	Scorer  string
 	Score   bench.Score
 	Err     string
+	// Unbound says why the result is not bound to the attempt's model
+	// trajectory (package verify, checked by the shell): the replica is
+	// invalid (crosscheck.Evidence.Unbound).
+	Unbound string
 }
 
 func (Scored) event() {}
@@ -49,6 +53,11 @@ func (s *State) scored(e Scored) {
 	var ev crosscheck.Evidence
 	if a.Evidence != nil {
 		ev = *a.Evidence
+	}
+	if e.Unbound != "" {
+		ev.Unbound = e.Unbound
+		a.Evidence = &ev
+		s.log.Warn("result not bound to its model trajectory", "attempt", a.ID, "node", a.ReportedBy, "why", e.Unbound)
 	}
 	eff, err := s.Book.Report(a.Unit, crosscheck.Replica{Job: a.ID, Node: a.ReportedBy, Operator: a.Operator,
 		Result: e.Score.Comparable, Evidence: ev})

@@ -57,6 +57,14 @@ type Evidence struct {
 	CPUSeconds     float64 `json:"cpu_seconds"`
 	// LogBytes is the size of the stdout and stderr tails.
 	LogBytes int `json:"log_bytes"`
+	// ChainHead is the model conversation chain head the node signed
+	// (package verify; empty: no model call).
+	ChainHead string `json:"chain_head,omitempty"`
+	// Unbound says why the result is not bound to the recorded model
+	// trajectory (an answer found in no model output or tool result, a
+	// rewritten conversation, a chain head the gateway never gave): the
+	// result does not count and marks the node as an invalid result does.
+	Unbound string `json:"unbound,omitempty"`
 }
 
 // knownOutcome: the outcomes the sandbox reports for a finished run
@@ -83,6 +91,8 @@ func CheckEvidence(p Policy, w Work, e Evidence) (Verdict, string) {
 		return Lied, fmt.Sprintf("reports inputs %q, was given %q", e.InputCIDs, w.InputCIDs)
 	case !knownOutcome(e.Outcome):
 		return Invalid, fmt.Sprintf("unknown outcome %q", e.Outcome)
+	case e.Unbound != "":
+		return Invalid, "not bound to its model trajectory: " + e.Unbound
 	case e.FinishedMillis < e.StartedMillis:
 		return Lied, "finished before it started"
 	case !(e.WallSeconds > 0) || !(e.CPUSeconds >= 0) || math.IsInf(e.WallSeconds, 0) || math.IsInf(e.CPUSeconds, 0):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -33,7 +34,15 @@ type ProxyOptions struct {
 	// WrapStream, when set, wraps each stream opened to the gateway (to
 	// meter or capture what crosses it).
 	WrapStream func(net.Conn) net.Conn
+	// OnChainHead, when set, is told the conversation chain head each
+	// answer carries (ChainHeader, in its header or trailer), once the
+	// answer has been passed on whole.
+	OnChainHead func(head string)
 }
+
+// ChainHeader is the header (or trailer) in which the gateway returns the
+// attempt's chain head after a call (gateway.ChainHeader).
+const ChainHeader = "Repronet-Chain"
 
 // Proxy is the node-side listener: agents in sandboxes call it as their
 // model endpoint (OPENAI_BASE_URL is its URL + "/v1", ANTHROPIC_BASE_URL
@@ -79,6 +88,12 @@ func StartProxy(ctx context.Context, h host.Host, gateway peer.ID, addr string, 
 		},
 		Transport:     tr,
 		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			if o.OnChainHead != nil {
+				resp.Body = &chainBody{ReadCloser: resp.Body, resp: resp, report: o.OnChainHead}
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			log.Warn("model call not forwarded", "path", r.URL.Path, "err", err)
 			writeError(w, http.StatusBadGateway, "the node could not reach the model gateway: "+err.Error())
@@ -136,4 +151,28 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// chainBody tells the chain head of its answer once the answer was read
+// to its end (a trailer is known only then).
+type chainBody struct {
+	io.ReadCloser
+	resp   *http.Response
+	report func(string)
+	done   bool
+}
+
+func (b *chainBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		h := b.resp.Header.Get(ChainHeader)
+		if t := b.resp.Trailer.Get(ChainHeader); t != "" {
+			h = t
+		}
+		if h != "" {
+			b.report(h)
+		}
+	}
+	return n, err
 }
