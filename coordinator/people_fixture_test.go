@@ -173,12 +173,13 @@ func (f *people) agentRun(w *wireNode) func(*proto.Assignment) *proto.Report {
 		if a.Agent == "solver-a" {
 			calls = 2
 		}
+		answer := f.answer(a)
 		if tok := asg.GetModelToken(); tok != "" {
-			if err := agentCalls(w, asg.GetAttemptId(), tok, calls); err != nil {
+			if err := agentCalls(w, asg.GetAttemptId(), tok, calls, answer); err != nil {
 				w.t.Errorf("model calls of %s: %v", asg.GetAttemptId(), err)
 			}
 		}
-		r := w.okReport(asg, f.answer(a))
+		r := w.okReport(asg, answer)
 		r.StdoutTail = []byte(fmt.Sprintf("agent %s on %s, run %d\nreading results/\n", a.Agent, a.TaskID, a.Run))
 		r.StderrTail = []byte("warning: nothing to worry about\n")
 		return r
@@ -217,8 +218,10 @@ func (f *people) answer(a Attempt) string {
 }
 
 // agentCalls makes n chat calls through a node-local endpoint of w for
-// attempt, as its agent would.
-func agentCalls(w *wireNode, attempt, token string, n int) error {
+// attempt, as its agent would, each showing the model the output of a
+// tool that read the answers (so that the answers are bound to the
+// trajectory, as issue 13 requires of a model-driven result).
+func agentCalls(w *wireNode, attempt, token string, n int, answers string) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -231,7 +234,8 @@ func agentCalls(w *wireNode, attempt, token string, n int) error {
 	}
 	defer p.Close()
 	for i := range n {
-		body := fmt.Sprintf(`{"model":"sim-1","messages":[{"role":"system","content":"You reproduce papers."},{"role":"user","content":"Step %d: what is in results/?"}]}`, i+1)
+		tool, _ := json.Marshal(answers)
+		body := fmt.Sprintf(`{"model":"sim-1","messages":[{"role":"system","content":"You reproduce papers."},{"role":"user","content":"Step %d: what is in results/?"},{"role":"tool","tool_call_id":"call_%d","content":%s}]}`, i+1, i+1, tool)
 		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Content-Type", "application/json")
