@@ -30,7 +30,9 @@ import (
 // Submitter ("Authorization: Bearer rns_..."; package accounts): its
 // group's evaluations (GET and POST /api/evaluations, within the group's
 // quota, of its group's agents), attempts (by handle, never by ID: see
-// web.go), their logs, outputs and trajectories once finished, and agents
+// web.go), their logs, outputs and trajectories once finished, the
+// trajectories of their validated runs in HAL's shape (/api/hal/trajectories,
+// for HAL uploads), and agents
 // (GET and POST /api/agents). Never a gold answer, a canary, a node, or
 // another group's work: an attempt it may not see is "not found".
 //
@@ -104,6 +106,7 @@ func (c *Coordinator) apiRoutes(mux *http.ServeMux) {
 	route("GET /api/attempts/{id}/outputs", submitter, c.handleOutputs)
 	route("GET /api/attempts/{id}/outputs/{path...}", submitter, c.handleOutput)
 	route("GET /api/attempts/{id}/trajectory", submitter, c.handleTrajectory)
+	route("GET /api/hal/trajectories", submitter, c.handleHALRuns)
 	get("/api/agents", submitter, func(p accounts.Principal) any { return nonNil(c.agentViews(p)) })
 	route("POST /api/agents", submitter, c.handlePushAgent)
 

@@ -85,14 +85,16 @@ type TrajectoryCall struct {
 }
 
 // HALTrajectory is what one attempt's trajectory gives HAL's upload.
+// Its JSON names are the upload's: raw_logging_results, total_usage,
+// total_cost and latency (one task's entry of results.latencies).
 type HALTrajectory struct {
-	Calls []HALCall
-	Usage map[string]HALTokenUsage
+	Calls []HALCall                `json:"raw_logging_results"`
+	Usage map[string]HALTokenUsage `json:"total_usage"`
 	// CostUSD is the total cost of the attempt's calls (a call without
 	// reported usage counts at its bound).
-	CostUSD float64
+	CostUSD float64 `json:"total_cost"`
 	// Latency is nil when no call was answered.
-	Latency *HALLatency
+	Latency *HALLatency `json:"latency,omitempty"`
 }
 
 // ToHAL converts one attempt's trajectory for task (HAL's

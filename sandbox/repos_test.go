@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/repronet/repronet/internal/debimage"
 	"github.com/repronet/repronet/sandbox/egress"
 	"github.com/repronet/repronet/sandbox/ociimage"
 	"github.com/repronet/repronet/sandbox/pkgcache"
@@ -81,46 +82,12 @@ func buildDebianImage(ctx context.Context, tarball string) error {
 			return err
 		}
 	}
-	rootfs := tarball + ".rootfs"
-	if err := os.RemoveAll(rootfs); err != nil {
-		return err
-	}
-	defer os.RemoveAll(rootfs)
-	if err := os.MkdirAll(filepath.Dir(rootfs), 0o755); err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", "--include=python3-pip", "bookworm", rootfs, debianMirror)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("debootstrap: %w: %s", err, lastLines(out, 20))
-	}
-	// Smaller, and hermetic: no package lists, no downloaded debs, no
-	// docs, and no sources (the tests name theirs).
-	for _, g := range []string{"var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "usr/share/doc/*", "usr/share/man/*",
-		"usr/share/locale/*", "usr/share/info/*", "etc/apt/sources.list"} {
-		matches, _ := filepath.Glob(filepath.Join(rootfs, g))
-		for _, m := range matches {
-			if err := os.RemoveAll(m); err != nil {
-				return err
-			}
-		}
-	}
-	tmp := tarball + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	_, err = ociimage.BuildFromDir(f, debianImageRef, rootfs, filepath.Dir(tarball), ociimage.Config{
-		Cmd: []string{"/bin/bash"},
-		Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"},
-	})
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, tarball)
+	return debimage.Builder{CacheDir: testImagesDir, Mirror: debianMirror}.Build(ctx, tarball, debimage.Spec{
+		Ref: debianImageRef, Packages: []string{"python3-pip"},
+		Config: ociimage.Config{
+			Cmd: []string{"/bin/bash"},
+			Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"},
+		}})
 }
 
 func sha256Hex(b []byte) string {

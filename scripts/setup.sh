@@ -2,7 +2,8 @@
 # Installs what repronet's demo and tests need on a fresh Debian machine
 # (as root): containerd and runc (the sandbox), busybox-static (the sample
 # agents), iproute2, e2fsprogs and nftables (disk quotas, egress rules),
-# debootstrap (the sandbox's Debian test image), chromium (the dashboard's browser tests drive it
+# debootstrap (the sandbox's Debian test image and the HAL adapter's image),
+# python3-aiofiles and python3-tqdm (HAL's upload check), chromium (the dashboard's browser tests drive it
 # headless). Go 1.26 must be on the machine (/usr/local/go).
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
@@ -18,6 +19,8 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 [ -x /usr/sbin/debootstrap ] || need+=(debootstrap) # the sandbox's Debian test image (apt, pip)
 command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)  # the package tests' .deb files
 command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the dashboard's browser tests
+# HAL's own upload check (scripts/hal_upload_check.py) imports these, with Debian's python3
+/usr/bin/python3 -c 'import aiofiles, tqdm' >/dev/null 2>&1 || need+=(python3-aiofiles python3-tqdm)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

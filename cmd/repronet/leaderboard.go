@@ -24,6 +24,9 @@ const (
 	// leaderboardEntriesPath serves []leaderboard.Entry: one per attempt
 	// (not per replica), canaries left out, no gold.
 	leaderboardEntriesPath = "/api/leaderboard/entries"
+	// halTrajectoriesPath serves []hal.Trajectory (coordinator.HALRun): the
+	// model calls of the validated runs the token may read.
+	halTrajectoriesPath = "/api/hal/trajectories"
 )
 
 // leaderboardSource is what the leaderboard command needs from a
@@ -31,11 +34,15 @@ const (
 type leaderboardSource interface {
 	Boards(ctx context.Context) ([]leaderboard.Board, error)
 	Entries(ctx context.Context) ([]leaderboard.Entry, error)
+	// HALTrajectories needs a token; nil, nil without one.
+	HALTrajectories(ctx context.Context, suite, level string) ([]hal.Trajectory, error)
 }
 
 func runLeaderboard(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("leaderboard", "leaderboard --api URL [--json | --hal DIR] [--suite S] [--level L] [--grader G]", stderr)
+	fs := newFlags("leaderboard", "leaderboard --api URL [--json | --hal DIR [--token-file F]] [--suite S] [--level L] [--grader G]", stderr)
 	api := fs.String("api", "http://127.0.0.1:8080", "base URL of the coordinator's HTTP API")
+	tokenFile := fs.String("token-file", "", "with --hal: file holding a submitter's or the admin's token (default: $REPRONET_TOKEN), "+
+		"to fill raw_logging_results, total_usage and latencies from the trajectories of the runs it may read")
 	asJSON := fs.Bool("json", false, "print the boards as JSON")
 	halDir := fs.String("hal", "", "write one HAL <run_id>_UPLOAD.json per agent, level and run into this folder")
 	runPrefix := fs.String("hal-run-prefix", "repronet_", "prefix of the run_id of --hal uploads")
@@ -53,7 +60,18 @@ func runLeaderboard(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *asJSON && *halDir != "" {
 		return errors.New("--json and --hal exclude each other")
 	}
-	src, err := newAPIClient(*api, "", *timeout)
+	token := ""
+	if *halDir != "" {
+		token = os.Getenv("REPRONET_TOKEN")
+		if *tokenFile != "" {
+			b, err := os.ReadFile(*tokenFile)
+			if err != nil {
+				return fmt.Errorf("--token-file: %w", err)
+			}
+			token = strings.TrimSpace(string(b))
+		}
+	}
+	src, err := newAPIClient(*api, token, *timeout)
 	if err != nil {
 		return err
 	}
@@ -83,7 +101,14 @@ func leaderboardCommand(ctx context.Context, src leaderboardSource, o leaderboar
 				kept = append(kept, e)
 			}
 		}
-		uploads, errs := hal.Export(kept, hal.Options{RunIDPrefix: o.runPrefix})
+		trajectories, err := src.HALTrajectories(ctx, o.suite, o.level)
+		if err != nil {
+			return fmt.Errorf("--hal: %w", err)
+		}
+		if trajectories == nil {
+			fmt.Fprintln(stdout, "no token: raw_logging_results are left empty, usage and latencies are the entries' (see --token-file)")
+		}
+		uploads, errs := hal.Export(kept, hal.Options{RunIDPrefix: o.runPrefix, Trajectories: trajectories})
 		for _, err := range errs {
 			fmt.Fprintf(stdout, "skipped: %v\n", err)
 		}
@@ -99,7 +124,12 @@ func leaderboardCommand(ctx context.Context, src leaderboardSource, o leaderboar
 			if err := writeOutput(p, stdout, append(b, '\n')); err != nil {
 				return fmt.Errorf("--hal: %w", err)
 			}
-			fmt.Fprintf(stdout, "%s: accuracy %.3f over %d validated tasks\n", p, u.Results.Accuracy, len(u.RawEvalResults))
+			fmt.Fprintf(stdout, "%s: accuracy %.3f over %d validated tasks, %d model calls, $%.4f", p, u.Results.Accuracy,
+				len(u.RawEvalResults), len(u.RawLoggingResults), u.TotalCost)
+			if n := len(u.Repronet.NoTrajectory); n > 0 {
+				fmt.Fprintf(stdout, " (%d tasks without trajectory)", n)
+			}
+			fmt.Fprintln(stdout)
 		}
 		return nil
 	}
@@ -222,4 +252,25 @@ func (c *apiClient) Boards(ctx context.Context) ([]leaderboard.Board, error) {
 func (c *apiClient) Entries(ctx context.Context) ([]leaderboard.Entry, error) {
 	var e []leaderboard.Entry
 	return e, c.do(ctx, http.MethodGet, leaderboardEntriesPath, nil, "", &e)
+}
+
+// HALTrajectories reads the model calls of the validated runs the
+// client's token may read (nil without a token).
+func (c *apiClient) HALTrajectories(ctx context.Context, suite, level string) ([]hal.Trajectory, error) {
+	if c.token == "" {
+		return nil, nil
+	}
+	q := url.Values{}
+	if suite != "" {
+		q.Set("suite", suite)
+	}
+	if level != "" {
+		q.Set("level", level)
+	}
+	path := halTrajectoriesPath
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	t := []hal.Trajectory{}
+	return t, c.do(ctx, http.MethodGet, path, nil, "", &t)
 }

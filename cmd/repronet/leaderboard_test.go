@@ -4,16 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/repronet/repronet/bench/corebench"
 	"github.com/repronet/repronet/bench/corebench/hal"
 	"github.com/repronet/repronet/bench/corebench/leaderboard"
+	"github.com/repronet/repronet/coordinator"
+	"github.com/repronet/repronet/gateway"
+	"github.com/repronet/repronet/internal/halcheck"
 )
 
 func testEntries() []leaderboard.Entry {
@@ -104,5 +110,102 @@ func TestLeaderboardCommandErrors(t *testing.T) {
 		if err := runLeaderboard(context.Background(), args, &out, &errOut); err == nil {
 			t.Errorf("%q accepted", args)
 		}
+	}
+}
+
+// TestLeaderboardHALTrajectories: with a token, `leaderboard --hal` fills
+// raw_logging_results, total_usage, total_cost and the latencies from the
+// coordinator's trajectories (gateway.ToHAL's entries, as the coordinator
+// serves them); HAL's own upload check accepts the files, and refuses
+// them without raw_logging_results (what HAL's leaderboard did to our
+// uploads before).
+func TestLeaderboardHALTrajectories(t *testing.T) {
+	const token = "rns_test-token"
+	t0 := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	var runs []coordinator.HALRun
+	for i, task := range []string{"capsule-0000001", "capsule-0000002", "capsule-0000003"} {
+		var calls []gateway.TrajectoryCall
+		for n := range 2 {
+			start := t0.Add(time.Duration(10*i+n) * time.Second)
+			calls = append(calls, gateway.TrajectoryCall{Call: gateway.Call{ID: fmt.Sprintf("bafy-%d-%d", i, n), Seq: n, Attempt: "ah-x",
+				Evaluation: "ev", API: gateway.CallOpenAIChat, Model: "gpt-4.1", Status: 200, Started: start, Ended: start.Add(time.Second),
+				TotalMS: 1000, UsageReported: true, Usage: gateway.Usage{Input: 1200, Output: 80}, Cost: 4_000_000_000},
+				RequestBody:  []byte(`{"model":"gpt-4.1","messages":[{"role":"user","content":"Task"}]}`),
+				ResponseBody: []byte(`{"choices":[{"message":{"role":"assistant","content":"done"}}],"usage":{"prompt_tokens":1200,"completion_tokens":80}}`)})
+		}
+		h, err := gateway.ToHAL(task, calls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, coordinator.HALRun{Suite: "corebench", Level: "easy", Agent: "oracle", TaskID: task, Run: 1, HALTrajectory: h})
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /api/leaderboard/", fakeCoordinator(t, testEntries()).Config.Handler)
+	mux.HandleFunc("GET "+halTrajectoriesPath, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		if r.URL.Query().Get("level") != "easy" {
+			t.Errorf("trajectories asked for %q", r.URL.RawQuery)
+		}
+		json.NewEncoder(w).Encode(runs)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	if err := runLeaderboard(context.Background(), []string{"--api", srv.URL, "--hal", dir, "--level", "easy", "--token-file", tokenFile}, &out, &errOut); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	file := filepath.Join(dir, "repronet_oracle_corebench_easy_run1_UPLOAD.json")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	var u hal.Upload
+	if err := json.Unmarshal(b, &u); err != nil {
+		t.Fatal(err)
+	}
+	// 6 calls of 1200 and 80 tokens at $0.004 each.
+	if len(u.RawLoggingResults) != 6 || fmt.Sprintf("%.6f", u.TotalCost) != "0.024000" ||
+		u.TotalUsage["gpt-4.1"] != (leaderboard.TokenUsage{PromptTokens: 7200, CompletionTokens: 480}) || len(u.Repronet.NoTrajectory) != 0 {
+		t.Errorf("upload: %d calls, $%v, usage %+v, no trajectory %v", len(u.RawLoggingResults), u.TotalCost, u.TotalUsage, u.Repronet.NoTrajectory)
+	}
+	if l := u.Results.Latencies["capsule-0000002"]; l.FirstCallTimestamp != "2026-03-01T10:00:10+00:00" || l.TotalTime != 1 {
+		t.Errorf("latency %+v", l)
+	}
+	if !strings.Contains(out.String(), "6 model calls, $0.0240") {
+		t.Errorf("output: %s", out.String())
+	}
+	// Without a token: the entries' figures, said so.
+	out.Reset()
+	t.Setenv("REPRONET_TOKEN", "")
+	if err := runLeaderboard(context.Background(), []string{"--api", srv.URL, "--hal", t.TempDir(), "--level", "easy"}, &out, &errOut); err != nil ||
+		!strings.Contains(out.String(), "no token") || !strings.Contains(out.String(), "(3 tasks without trajectory)") {
+		t.Errorf("without a token: %v\n%s", err, out.String())
+	}
+
+	check, err := halcheck.Find(context.Background(), "../../scripts/hal_upload_check.py", t.TempDir())
+	if errors.Is(err, halcheck.ErrUnavailable) {
+		t.Skip(err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := check.Check(context.Background(), file); err != nil || !strings.Contains(msg, "is_valid=True") {
+		t.Fatalf("HAL's check refused our upload: %v\n%s", err, msg)
+	}
+	var raw map[string]any
+	json.Unmarshal(b, &raw)
+	delete(raw, "raw_logging_results")
+	old := filepath.Join(t.TempDir(), "old_UPLOAD.json")
+	b, _ = json.Marshal(raw)
+	os.WriteFile(old, b, 0o644)
+	if msg, err := check.Check(context.Background(), old); err == nil || !strings.Contains(msg, "Missing required keys: raw_logging_results") {
+		t.Errorf("HAL's check accepted an upload without raw_logging_results: %v\n%s", err, msg)
 	}
 }

@@ -1,9 +1,12 @@
 // Package demo runs the main job on one machine: a private containerd, a
 // coordinator and several node processes on loopback, the sample
-// CORE-Bench suite and its two sample agents, evaluated end to end. It
-// owns that orchestration (the sample agents' images are package
-// agentimage's); everything it runs is the real coordinator, node and
-// sandbox code.
+// CORE-Bench suite and its two sample agents, evaluated end to end, and
+// the reference agent (agents/reference) through the coordinator's model
+// gateway: against a scripted model server it starts on loopback, or
+// against a real provider whose key only the gateway holds. It owns that
+// orchestration (the sample agents' images are package agentimage's);
+// everything it runs is the real coordinator, gateway, node and sandbox
+// code.
 package demo
 
 import (
@@ -15,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +31,7 @@ import (
 	"github.com/repronet/repronet/bench/corebench/leaderboard"
 	"github.com/repronet/repronet/bench/corebench/sample"
 	"github.com/repronet/repronet/coordinator"
+	"github.com/repronet/repronet/gateway"
 	"github.com/repronet/repronet/internal/agentimage"
 	"github.com/repronet/repronet/internal/families"
 	"github.com/repronet/repronet/proto"
@@ -54,6 +59,56 @@ type Config struct {
 	// Progress receives the progress display (nil: none).
 	Progress io.Writer
 	Logger   *slog.Logger
+	// AgentBinary is repronet-agent, the reference agent ("": the
+	// reference agent is not evaluated, and the progress says so).
+	AgentBinary string
+	// Model is what the reference agent calls.
+	Model Model
+	// HALDir, when set, receives HAL's upload files of the demo's
+	// evaluations (with the reference agent's trajectories).
+	HALDir string
+}
+
+// Model is the model behind the gateway in the demo.
+type Model struct {
+	// URL is an OpenAI-compatible provider's base URL (…/v1); "" starts
+	// the scripted model server (SampleScript) on loopback instead.
+	URL string
+	// Key is the provider's key: only the coordinator's gateway holds it.
+	Key string
+	// Name is the model to call (required with URL; the scripted
+	// server's is ScriptedModel).
+	Name string
+	// Price is the model's price (with URL; the scripted server's is
+	// ScriptedPrice).
+	Price gateway.PriceUSD
+	// AttemptUSD caps each attempt's model cost (0: 1 dollar).
+	AttemptUSD float64
+}
+
+// Scripted reports whether the demo uses its scripted model server.
+func (m Model) Scripted() bool { return m.URL == "" }
+
+// Validate checks m, naming what is wrong (never the key).
+func (m Model) Validate() error {
+	if m.Scripted() {
+		if m.Key != "" || m.Name != "" {
+			return fmt.Errorf("demo: a model key or name without a model URL")
+		}
+		return nil
+	}
+	u, err := url.Parse(m.URL)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fmt.Errorf("demo: model URL %q: want an http:// or https:// base URL (…/v1)", m.URL)
+	case m.Key == "":
+		return fmt.Errorf("demo: model URL %s given without a key", m.URL)
+	case m.Name == "":
+		return fmt.Errorf("demo: model URL %s given without a model name", m.URL)
+	case m.Price.Input < 0 || m.Price.Output < 0 || m.AttemptUSD < 0:
+		return fmt.Errorf("demo: model %s: negative price or budget", m.Name)
+	}
+	return nil
 }
 
 // Result is what a demo run produced.
@@ -69,6 +124,11 @@ type Result struct {
 	Failed      int     `json:"failed"`
 	WallSeconds float64 `json:"wall_seconds"`
 	Dir         string  `json:"dir"`
+	// Reference says what the reference agent ran against ("" when it
+	// was not evaluated).
+	Reference string `json:"reference,omitempty"`
+	// HALFiles are the HAL upload files written (Config.HALDir).
+	HALFiles []string `json:"hal_files,omitempty"`
 }
 
 // Run runs the demo to completion.
@@ -90,6 +150,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		cfg.Progress = io.Discard
 	}
 	log := cfg.Logger
+	if err := cfg.Model.Validate(); err != nil {
+		return Result{}, err
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return Result{}, fmt.Errorf("demo: create %s: %w", cfg.Dir, err)
 	}
@@ -113,14 +176,25 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	coord, err := coordinator.New(ctx, coordinator.Config{
+	var ref *referenceRun
+	if cfg.AgentBinary != "" {
+		if ref, err = startReference(cfg.Model); err != nil {
+			return Result{}, err
+		}
+		defer ref.close()
+	}
+	ccfg := coordinator.Config{
 		Families:   families.Registry(),
 		Checker:    families.Checker(),
 		DataDir:    filepath.Join(cfg.Dir, "coordinator"),
 		Logger:     log,
 		Limits:     SampleLimits(),
 		JoinTokens: []string{joinToken},
-	})
+	}
+	if ref != nil {
+		ccfg.Gateway = ref.gateway
+	}
+	coord, err := coordinator.New(ctx, ccfg)
 	if err != nil {
 		return Result{}, err
 	}
@@ -131,6 +205,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	say("- imported %d sample capsules and agents %v over the capsule store", len(sample.CapsuleIDs()), sample.AgentNames())
+	if ref != nil {
+		if err := ref.register(ctx, coord, cfg.AgentBinary); err != nil {
+			return Result{}, err
+		}
+		say("- %s", ref.label)
+	} else {
+		say("- the reference agent is not evaluated: no repronet-agent binary (build it with `make build`)")
+	}
 
 	nodes, err := startNodes(ctx, cfg, coord.Addrs()[0].String(), d.Socket)
 	if err != nil {
@@ -148,13 +230,29 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, err
 		}
 	}
+	if ref != nil {
+		if _, _, err := coord.Evaluate(ctx, ref.evaluation(levels)); err != nil {
+			return Result{}, err
+		}
+	}
 	if err := waitDone(ctx, coord, cfg.Progress); err != nil {
 		return Result{}, err
 	}
 	p := coord.Progress()
 	boards := CoreBenchBoards(coord.Boards())
-	return Result{Leaderboard: leaderboard.Flatten(boards), Boards: boards, Attempts: p.Total, Units: p.Units, Failed: p.Failed,
-		WallSeconds: time.Since(start).Seconds(), Dir: cfg.Dir}, nil
+	res := Result{Leaderboard: leaderboard.Flatten(boards), Boards: boards, Attempts: p.Total, Units: p.Units, Failed: p.Failed,
+		Dir: cfg.Dir}
+	if ref != nil {
+		res.Reference = ref.label
+	}
+	if cfg.HALDir != "" {
+		if res.HALFiles, err = WriteHAL(ctx, coord, cfg.HALDir); err != nil {
+			return Result{}, err
+		}
+		say("- wrote %d HAL upload files to %s", len(res.HALFiles), cfg.HALDir)
+	}
+	res.WallSeconds = time.Since(start).Seconds()
+	return res, nil
 }
 
 // CoreBenchBoards picks the CORE-Bench boards out of a coordinator's.
@@ -367,15 +465,21 @@ func tail(b []byte, n int) string {
 	return string(b)
 }
 
-// FormatLeaderboard renders rows as a text table: VALIDATED is the share
+// FormatLeaderboard renders rows as a text table: MODEL is the model the
+// agent declared (the demo's reference agent on its scripted server says
+// so), COST the mean model cost of a run when metered, VALIDATED the share
 // of graded runs whose replicas agreed (only those are scored).
 func FormatLeaderboard(rows []leaderboard.FlatRow) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-8s %-8s %9s %8s %8s %8s %10s %6s  %s\n", "LEVEL", "AGENT", "ACCURACY", "CORRECT", "WRITTEN", "VISION", "VALIDATED",
-		"INFRA", "GRADER / STRIP RULE")
+	fmt.Fprintf(&b, "%-8s %-9s %-27s %9s %8s %8s %8s %9s %10s %6s  %s\n", "LEVEL", "AGENT", "MODEL", "ACCURACY", "CORRECT", "WRITTEN", "VISION",
+		"COST", "VALIDATED", "INFRA", "GRADER / STRIP RULE")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "%-8s %-8s %8.1f%% %8s %8s %8s %10s %6d  %s@%s / %s@%s\n", r.Level, r.Agent, 100*r.Accuracy,
-			fmt.Sprintf("%d/%d", r.Correct, r.Tasks), pct(r.WrittenAccuracy), pct(r.VisionAccuracy),
+		cost := "-"
+		if r.CostUSD != nil {
+			cost = fmt.Sprintf("$%.4f", *r.CostUSD)
+		}
+		fmt.Fprintf(&b, "%-8s %-9s %-27s %8.1f%% %8s %8s %8s %9s %10s %6d  %s@%s / %s@%s\n", r.Level, r.Agent, r.Model, 100*r.Accuracy,
+			fmt.Sprintf("%d/%d", r.Correct, r.Tasks), pct(r.WrittenAccuracy), pct(r.VisionAccuracy), cost,
 			fmt.Sprintf("%d/%d", r.Validated, r.Validated+r.Inconsistent+r.Pending), r.InfraFailures,
 			r.Grader, r.GraderVersion, r.StripRule, r.StripRuleVersion)
 	}

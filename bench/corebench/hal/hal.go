@@ -3,13 +3,15 @@
 // process_results with CoreBench.get_metrics), the file HAL's leaderboard
 // reads.
 //
-// It is pure: leaderboard Entries in, Uploads out. It must not do I/O, hold
-// gold answers (raw_eval_results carries only CORE-Bench's counts) or
-// depend on the coordinator.
+// It is pure: leaderboard Entries (and the runs' model calls, as the
+// coordinator's /api/hal/trajectories gives them) in, Uploads out. It must
+// not do I/O, hold gold answers (raw_eval_results carries only
+// CORE-Bench's counts) or depend on the coordinator or the gateway.
 package hal
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -22,11 +24,16 @@ import (
 
 // Upload is one <run_id>_UPLOAD.json: one agent's run of one level.
 type Upload struct {
-	Config         Config                            `json:"config"`
-	Results        Results                           `json:"results"`
-	RawEvalResults map[string]RawEval                `json:"raw_eval_results"`
-	TotalUsage     map[string]leaderboard.TokenUsage `json:"total_usage"`
-	TotalCost      float64                           `json:"total_cost"`
+	Config         Config             `json:"config"`
+	Results        Results            `json:"results"`
+	RawEvalResults map[string]RawEval `json:"raw_eval_results"`
+	// RawLoggingResults are the model calls of the validated tasks that
+	// have a trajectory (Options.Trajectories), one Weave-style call each,
+	// in call order per task (HAL's leaderboard requires the list, each
+	// entry with weave_task_id, inputs and outputs).
+	RawLoggingResults []json.RawMessage                 `json:"raw_logging_results"`
+	TotalUsage        map[string]leaderboard.TokenUsage `json:"total_usage"`
+	TotalCost         float64                           `json:"total_cost"`
 	// WallClockTimes is HAL's {task_id: seconds}.
 	WallClockTimes map[string]float64 `json:"wall_clock_times"`
 	// Repronet is not HAL's: what the numbers depend on and what was left
@@ -62,9 +69,10 @@ type Results struct {
 	Latencies       map[string]Latency `json:"latencies"`
 }
 
-// Latency is HAL's per-task timing. HAL takes the first and last LLM call;
-// repronet knows the attempt's container start and end, which it writes
-// here (RFC 3339 with microseconds, as Python's pystr.Isoformat()).
+// Latency is HAL's per-task timing: the first and last model call of the
+// task's trajectory when there is one (HAL's own), else the attempt's
+// assignment and finish (RFC 3339 with microseconds, as Python's
+// isoformat()).
 type Latency struct {
 	FirstCallTimestamp string  `json:"first_call_timestamp"`
 	LastCallTimestamp  string  `json:"last_call_timestamp"`
@@ -87,6 +95,89 @@ type Provenance struct {
 	// CostComplete is false when some validated attempt had no cost: then
 	// total_cost undercounts.
 	CostComplete bool `json:"cost_complete"`
+	// NoTrajectory lists the validated tasks whose model calls were not
+	// given (none recorded, or not read): they are not in
+	// raw_logging_results, their usage is not in total_usage, and their
+	// latency is the attempt's.
+	NoTrajectory []string `json:"no_trajectory"`
+}
+
+// Trajectory is one validated run's model calls as HAL counts them (the
+// JSON of the coordinator's /api/hal/trajectories): the key of its
+// leaderboard entry, and HAL's fields. Several trajectories of one key
+// (the stages of a pipeline) add up.
+type Trajectory struct {
+	Suite  string `json:"suite"`
+	Level  string `json:"level"`
+	Agent  string `json:"agent"`
+	TaskID string `json:"task_id"`
+	Run    int    `json:"run"`
+	// RawLoggingResults are HAL's entries of the run's calls.
+	RawLoggingResults []json.RawMessage                 `json:"raw_logging_results"`
+	TotalUsage        map[string]leaderboard.TokenUsage `json:"total_usage"`
+	TotalCost         float64                           `json:"total_cost"`
+	// Latency is nil when no call was answered.
+	Latency *Latency `json:"latency,omitempty"`
+}
+
+// runKey names a run of a task across entries and trajectories.
+type runKey struct {
+	suite, level, agent, task string
+	run                       int
+}
+
+// mergeTrajectories indexes ts by run, adding up those of one run: calls
+// appended, usage and cost summed, latency from the earliest first call
+// to the latest last call.
+func mergeTrajectories(ts []Trajectory) map[runKey]Trajectory {
+	out := map[runKey]Trajectory{}
+	for _, t := range ts {
+		k := runKey{t.Suite, t.Level, t.Agent, t.TaskID, t.Run}
+		m, ok := out[k]
+		if !ok {
+			m = Trajectory{Suite: t.Suite, Level: t.Level, Agent: t.Agent, TaskID: t.TaskID, Run: t.Run,
+				TotalUsage: map[string]leaderboard.TokenUsage{}}
+		}
+		m.RawLoggingResults = append(m.RawLoggingResults, t.RawLoggingResults...)
+		addUsage(m.TotalUsage, t.TotalUsage)
+		m.TotalCost += t.TotalCost
+		if l := t.Latency; l != nil {
+			if m.Latency == nil {
+				c := *l
+				m.Latency = &c
+			} else {
+				// isoformat() strings of one zone order as their times.
+				m.Latency.FirstCallTimestamp = min(m.Latency.FirstCallTimestamp, l.FirstCallTimestamp)
+				m.Latency.LastCallTimestamp = max(m.Latency.LastCallTimestamp, l.LastCallTimestamp)
+				m.Latency.TotalTime = seconds(m.Latency.FirstCallTimestamp, m.Latency.LastCallTimestamp)
+			}
+		}
+		out[k] = m
+	}
+	return out
+}
+
+// seconds is the time from a to b, two isoformat() strings (0 when one
+// does not parse).
+func seconds(a, b string) float64 {
+	ta, errA := time.Parse(time.RFC3339Nano, a)
+	tb, errB := time.Parse(time.RFC3339Nano, b)
+	if errA != nil || errB != nil {
+		return 0
+	}
+	return tb.Sub(ta).Seconds()
+}
+
+// addUsage adds from into to.
+func addUsage(to, from map[string]leaderboard.TokenUsage) {
+	for m, use := range from {
+		t := to[m]
+		t.PromptTokens += use.PromptTokens
+		t.CompletionTokens += use.CompletionTokens
+		t.CacheCreationInputTokens += use.CacheCreationInputTokens
+		t.CacheReadInputTokens += use.CacheReadInputTokens
+		to[m] = t
+	}
 }
 
 // BenchmarkName is HAL's name for a CORE-Bench level: corebench_easy,
@@ -103,6 +194,11 @@ type Options struct {
 	Date time.Time
 	// AgentArgs per agent name, copied into config.agent_args.
 	AgentArgs map[string]map[string]any
+	// Trajectories are the runs' model calls. A validated task with one
+	// takes its calls, usage, cost and latency from it; one without is
+	// listed in repronet.no_trajectory and counts its entry's cost and
+	// usage.
+	Trajectories []Trajectory
 }
 
 // Export builds one Upload per (suite, level, scoring, agent, model, run)
@@ -112,6 +208,9 @@ type Options struct {
 // questions are all correct / tasks with written (vision) questions (0
 // when none). Uploads are in a stable order. Entries that fail Validate
 // are returned as errors.
+//
+// With trajectories, total_cost is the sum of the counted calls' cost:
+// the same as the entries' (the coordinator meters the same calls).
 func Export(entries []leaderboard.Entry, opts Options) ([]Upload, []error) {
 	type key struct {
 		suite, level string
@@ -119,6 +218,7 @@ func Export(entries []leaderboard.Entry, opts Options) ([]Upload, []error) {
 		agent, model string
 		run          int
 	}
+	trajectories := mergeTrajectories(opts.Trajectories)
 	groups := map[key][]leaderboard.Entry{}
 	var keys []key
 	var errs []error
@@ -146,12 +246,14 @@ func Export(entries []leaderboard.Entry, opts Options) ([]Upload, []error) {
 			Config: Config{AgentName: k.agent, BenchmarkName: bench,
 				RunID:     fmt.Sprintf("%s%s_%s_run%d", opts.RunIDPrefix, sanitize(k.agent), bench, k.run),
 				AgentArgs: map[string]any{}},
-			Results:        Results{SuccessfulTasks: []string{}, FailedTasks: []string{}, Latencies: map[string]Latency{}},
-			RawEvalResults: map[string]RawEval{},
-			TotalUsage:     map[string]leaderboard.TokenUsage{},
-			WallClockTimes: map[string]float64{},
+			Results:           Results{SuccessfulTasks: []string{}, FailedTasks: []string{}, Latencies: map[string]Latency{}},
+			RawEvalResults:    map[string]RawEval{},
+			RawLoggingResults: []json.RawMessage{},
+			TotalUsage:        map[string]leaderboard.TokenUsage{},
+			WallClockTimes:    map[string]float64{},
 			Repronet: Provenance{Suite: k.suite, Level: k.level, Scoring: k.scoring, Model: k.model, Run: k.run,
-				Unvalidated: []string{}, Inconsistent: []string{}, InfraFailures: []string{}, Pending: []string{}, CostComplete: true},
+				Unvalidated: []string{}, Inconsistent: []string{}, InfraFailures: []string{}, Pending: []string{}, CostComplete: true,
+				NoTrajectory: []string{}},
 		}
 		for name, v := range opts.AgentArgs[k.agent] {
 			u.Config.AgentArgs[name] = v
@@ -194,23 +296,26 @@ func Export(entries []leaderboard.Entry, opts Options) ([]Upload, []error) {
 					vOK++
 				}
 			}
-			if e.CostUSD != nil {
-				u.TotalCost += *e.CostUSD
-			} else {
-				u.Repronet.CostComplete = false
-			}
-			for m, use := range e.Usage {
-				t := u.TotalUsage[m]
-				t.PromptTokens += use.PromptTokens
-				t.CompletionTokens += use.CompletionTokens
-				t.CacheCreationInputTokens += use.CacheCreationInputTokens
-				t.CacheReadInputTokens += use.CacheReadInputTokens
-				u.TotalUsage[m] = t
-			}
 			u.WallClockTimes[e.TaskID] = e.WallSeconds
-			if !e.Started.IsZero() && !e.Finished.IsZero() {
-				u.Results.Latencies[e.TaskID] = Latency{FirstCallTimestamp: pystr.Isoformat(e.Started), LastCallTimestamp: pystr.Isoformat(e.Finished),
-					TotalTime: e.Finished.Sub(e.Started).Seconds()}
+			if tr, ok := trajectories[runKey{e.Suite, e.Level, e.Agent, e.TaskID, e.Run}]; ok {
+				u.RawLoggingResults = append(u.RawLoggingResults, tr.RawLoggingResults...)
+				addUsage(u.TotalUsage, tr.TotalUsage)
+				u.TotalCost += tr.TotalCost
+				if tr.Latency != nil {
+					u.Results.Latencies[e.TaskID] = *tr.Latency
+				}
+			} else {
+				u.Repronet.NoTrajectory = append(u.Repronet.NoTrajectory, e.TaskID)
+				if e.CostUSD != nil {
+					u.TotalCost += *e.CostUSD
+				} else {
+					u.Repronet.CostComplete = false
+				}
+				addUsage(u.TotalUsage, e.Usage)
+				if !e.Started.IsZero() && !e.Finished.IsZero() {
+					u.Results.Latencies[e.TaskID] = Latency{FirstCallTimestamp: pystr.Isoformat(e.Started), LastCallTimestamp: pystr.Isoformat(e.Finished),
+						TotalTime: e.Finished.Sub(e.Started).Seconds()}
+				}
 			}
 			if e.Finished.After(last) {
 				last = e.Finished

@@ -2,8 +2,10 @@ package hal
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,7 +82,7 @@ func TestExport(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	if want := []string{"config", "raw_eval_results", "repronet", "results", "total_cost", "total_usage", "wall_clock_times"}; !reflect.DeepEqual(keys, want) {
+	if want := []string{"config", "raw_eval_results", "raw_logging_results", "repronet", "results", "total_cost", "total_usage", "wall_clock_times"}; !reflect.DeepEqual(keys, want) {
 		t.Errorf("keys %v", keys)
 	}
 	var res map[string]json.RawMessage
@@ -117,5 +119,77 @@ func TestExportMatchesLeaderboard(t *testing.T) {
 	}
 	if slices.Min(accs) != row.AccuracyMin || slices.Max(accs) != row.AccuracyMax || (accs[0]+accs[1]+accs[2])/3 != row.Accuracy {
 		t.Errorf("HAL per-run %v, leaderboard %v [%v, %v]", accs, row.Accuracy, row.AccuracyMin, row.AccuracyMax)
+	}
+}
+
+// TestExportTrajectories: a validated task with a trajectory takes its
+// calls, usage, cost and first and last call from it (the stages of one
+// run adding up); one without keeps its entry's and is listed; runs of
+// other tasks, agents or runs are not mixed in.
+func TestExportTrajectories(t *testing.T) {
+	scoring := corebench.Scoring{Grader: "corebench-hal", GraderVersion: "1", StripRule: "hal-2026", StripRuleVersion: "1"}
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	cost := 0.5
+	e := func(task string) leaderboard.Entry {
+		return leaderboard.Entry{Suite: "s", Level: "easy", Scoring: scoring, Agent: "a", TaskID: task, Run: 1, Status: leaderboard.Validated,
+			Score: &leaderboard.Score{CorrectWrittenAnswers: 1, TotalWrittenQuestions: 1, TaskCorrect: true}, CostUSD: &cost,
+			Usage: map[string]leaderboard.TokenUsage{"m": {PromptTokens: 7}}, Started: t0, Finished: t0.Add(time.Minute)}
+	}
+	call := func(task string, n int) json.RawMessage {
+		return json.RawMessage(fmt.Sprintf(`{"weave_task_id":%q,"inputs":{"n":%d},"outputs":{"choices":["x"]}}`, task, n))
+	}
+	tr := func(task, agent string, run int, calls []json.RawMessage, usd float64, first, last string) Trajectory {
+		return Trajectory{Suite: "s", Level: "easy", Agent: agent, TaskID: task, Run: run, RawLoggingResults: calls,
+			TotalUsage: map[string]leaderboard.TokenUsage{"m": {PromptTokens: 100, CompletionTokens: 10, CacheReadInputTokens: 1}}, TotalCost: usd,
+			Latency: &Latency{FirstCallTimestamp: first, LastCallTimestamp: last}}
+	}
+	ups, errs := Export([]leaderboard.Entry{e("capsule-1"), e("capsule-2")}, Options{Trajectories: []Trajectory{
+		tr("capsule-1", "a", 1, []json.RawMessage{call("capsule-1", 1), call("capsule-1", 2)}, 0.25,
+			"2026-03-01T12:00:05.000000+00:00", "2026-03-01T12:00:10.000000+00:00"),
+		// A second stage of the same run.
+		tr("capsule-1", "a", 1, []json.RawMessage{call("capsule-1", 3)}, 0.125,
+			"2026-03-01T12:00:20.000000+00:00", "2026-03-01T12:00:30.500000+00:00"),
+		tr("capsule-2", "b", 1, []json.RawMessage{call("capsule-2", 9)}, 9, "", ""),
+		tr("capsule-2", "a", 2, []json.RawMessage{call("capsule-2", 9)}, 9, "", ""),
+	}})
+	if len(errs) != 0 || len(ups) != 1 {
+		t.Fatalf("%d uploads, errors %v", len(ups), errs)
+	}
+	u := ups[0]
+	var ns []int
+	for _, c := range u.RawLoggingResults {
+		var x struct {
+			Task   string `json:"weave_task_id"`
+			Inputs struct{ N int }
+		}
+		if err := json.Unmarshal(c, &x); err != nil || x.Task != "capsule-1" {
+			t.Fatalf("call %s: %v", c, err)
+		}
+		ns = append(ns, x.Inputs.N)
+	}
+	if !slices.Equal(ns, []int{1, 2, 3}) {
+		t.Errorf("calls %v", ns)
+	}
+	// capsule-1: 0.375 from its calls; capsule-2: its entry's 0.5.
+	if u.TotalCost != 0.875 || u.Results.TotalCost != 0.875 || !u.Repronet.CostComplete {
+		t.Errorf("cost %v %v", u.TotalCost, u.Results.TotalCost)
+	}
+	if got := u.TotalUsage["m"]; got != (leaderboard.TokenUsage{PromptTokens: 207, CompletionTokens: 20, CacheReadInputTokens: 2}) {
+		t.Errorf("usage %+v", got)
+	}
+	if l := u.Results.Latencies["capsule-1"]; l.FirstCallTimestamp != "2026-03-01T12:00:05.000000+00:00" ||
+		l.LastCallTimestamp != "2026-03-01T12:00:30.500000+00:00" || l.TotalTime != 25.5 {
+		t.Errorf("latency of capsule-1 %+v", l)
+	}
+	if l := u.Results.Latencies["capsule-2"]; l.FirstCallTimestamp != "2026-03-01T12:00:00+00:00" || l.TotalTime != 60 {
+		t.Errorf("latency of capsule-2 %+v", l)
+	}
+	if !slices.Equal(u.Repronet.NoTrajectory, []string{"capsule-2"}) {
+		t.Errorf("no trajectory %v", u.Repronet.NoTrajectory)
+	}
+	// Without trajectories the list is there, empty.
+	ups, _ = Export([]leaderboard.Entry{e("capsule-1")}, Options{})
+	if b, _ := json.Marshal(ups[0]); !strings.Contains(string(b), `"raw_logging_results":[]`) {
+		t.Errorf("%s", b)
 	}
 }

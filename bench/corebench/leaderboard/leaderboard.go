@@ -386,6 +386,8 @@ type FlatRow struct {
 	// CPUSeconds and WallSeconds are means over runs of a run's total.
 	CPUSeconds  float64 `json:"cpu_seconds"`
 	WallSeconds float64 `json:"wall_seconds"`
+	// CostUSD is Row.CostUSD: the mean model cost of a run, when known.
+	CostUSD *float64 `json:"cost_usd"`
 }
 
 // Flatten flattens boards, in their order.
@@ -398,7 +400,7 @@ func Flatten(boards []Board) []FlatRow {
 				Tasks: r.Tasks, Correct: r.Correct, Accuracy: r.Accuracy, AccuracyMin: r.AccuracyMin, AccuracyMax: r.AccuracyMax,
 				WrittenAccuracy: r.WrittenAccuracy, VisionAccuracy: r.VisionAccuracy, Runs: r.Runs, Validated: r.Validated,
 				Inconsistent: r.Inconsistent, ValidatedShare: r.ValidatedShare, InfraFailures: r.InfraFailures,
-				Pending: r.Pending + r.Unvalidated, CPUSeconds: r.CPUSeconds, WallSeconds: r.WallSeconds})
+				Pending: r.Pending + r.Unvalidated, CPUSeconds: r.CPUSeconds, WallSeconds: r.WallSeconds, CostUSD: r.CostUSD})
 		}
 	}
 	return out

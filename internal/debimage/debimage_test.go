@@ -1,0 +1,102 @@
+package debimage
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/repronet/repronet/sandbox/ociimage"
+)
+
+// TestBuild builds an image with python3 and a file of ours from the
+// cached root file system (made by debootstrap the first time: it needs
+// root and the Debian mirror): the layer holds the file and Debian's
+// python3, and the cached tree is not changed by the file added.
+func TestBuild(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: debootstrap")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	b := Builder{}
+	tarball := filepath.Join(t.TempDir(), "img.tar")
+	err := b.Build(ctx, tarball, Spec{Ref: "repronet.local/test/debimage:1", Packages: []string{"python3-pip"},
+		Files:  []ociimage.File{{Path: "/agent/hello.py", Mode: 0o755, Data: []byte("print('hi')\n")}, {Path: "/etc/hostname", Mode: 0o644, Data: []byte("ours\n")}},
+		Config: ociimage.Config{Entrypoint: []string{"/usr/bin/python3", "/agent/hello.py"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]string{}
+	f, err := os.Open(tarball)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	outer := tar.NewReader(f)
+	for {
+		h, err := outer.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(h.Name, "blobs/") || h.Size < 1<<20 {
+			continue
+		}
+		layer := tar.NewReader(outer)
+		for {
+			lh, err := layer.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch name := strings.TrimPrefix(lh.Name, "./"); name {
+			case "agent/hello.py", "etc/hostname", "usr/bin/python3":
+				body, _ := io.ReadAll(layer)
+				found[name] = string(body)
+				if name == "usr/bin/python3" {
+					found[name] = lh.Linkname
+				}
+			}
+		}
+	}
+	if found["agent/hello.py"] != "print('hi')\n" || found["etc/hostname"] != "ours\n" || !strings.HasPrefix(found["usr/bin/python3"], "python3") {
+		t.Fatalf("layer entries %q", found)
+	}
+	root, err := b.Rootfs(ctx, []string{"python3-pip"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := os.ReadFile(filepath.Join(root, "etc", "hostname")); string(h) == "ours\n" {
+		t.Error("the cached root file system was changed")
+	}
+	if _, err := os.Stat(filepath.Join(root, "agent")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the cached root file system has /agent: %v", err)
+	}
+}
+
+func TestBuildRefusesBadInput(t *testing.T) {
+	b := Builder{CacheDir: t.TempDir()}
+	if err := b.Build(context.Background(), filepath.Join(t.TempDir(), "x.tar"), Spec{}); err == nil || !strings.Contains(err.Error(), "no ref") {
+		t.Errorf("no ref: %v", err)
+	}
+	if _, err := b.Rootfs(context.Background(), []string{"python3,evil"}); err == nil || !strings.Contains(err.Error(), "package name") {
+		t.Errorf("bad package: %v", err)
+	}
+	if err := addFiles(t.TempDir(), []ociimage.File{{Path: "/../x", Data: []byte("x")}}); err == nil {
+		t.Error("a path with .. accepted")
+	}
+	if err := addFiles(t.TempDir(), []ociimage.File{{Path: "/l", Mode: fs.ModeSymlink, Linkname: "/etc"}}); err == nil {
+		t.Error("a symlink accepted")
+	}
+}
