@@ -26,6 +26,7 @@ var (
 	descCapsules  = prometheus.NewDesc("repronet_node_capsules_cached", "Capsules this node holds whole.", nil, nil)
 	descCoordPeer = prometheus.NewDesc("repronet_node_coordinators_connected", "Coordinators this node is connected to.", nil, nil)
 	descRefused   = prometheus.NewDesc("repronet_node_egress_refused_total", "Requests and connections the egress proxy refused jobs, since start.", nil, nil)
+	descRedials   = prometheus.NewDesc("repronet_node_gossip_redials_total", "Connections to coordinators closed and dialled again because announcements did not reach them (no gossipsub stream, or no subscription heard, for --gossip-grace), since start.", nil, nil)
 	descPkgCache  = prometheus.NewDesc("repronet_node_package_cache", "The package cache: files served from it (hits), passed on (misses), stored, verified, evicted, refused for a hash mismatch, held, and bytes held.", []string{"kind"}, nil)
 )
 
@@ -33,7 +34,7 @@ type metricsCollector struct{ n *Node }
 
 func (m metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSlots, descFinished, descOutbox, descUnsaved, descCache, descCapsules, descCoordPeer,
-		descDiskFull, descDiskBytes, descRefused, descPkgCache} {
+		descDiskFull, descDiskBytes, descRefused, descRedials, descPkgCache} {
 		ch <- d
 	}
 }
@@ -81,6 +82,7 @@ func (m metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descCoordPeer, float64(connected))
 	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n.egressRefused.Load()))
+	ch <- prometheus.MustNewConstMetric(descRedials, prometheus.CounterValue, float64(n.gossipRedials.Load()))
 	if n.pkgs != nil {
 		st := n.pkgs.Stats()
 		for kind, v := range map[string]int64{"hits": st.Hits, "misses": st.Misses, "stored": st.Stored, "verified": st.Verified,

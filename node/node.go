@@ -97,6 +97,11 @@ type Config struct {
 	// AnnounceInterval is the steady announcement period; the first 30 s
 	// announce every second so a new node is seen at once.
 	AnnounceInterval time.Duration
+	// GossipGrace is how long a connected coordinator's gossip link (the
+	// stream the node publishes to it on, and its subscription) may stay
+	// down before the node closes the connection and dials again (default
+	// 30 s; below 0, never). See gossipwatch.go.
+	GossipGrace time.Duration
 	// OperatorKey, when set, is the key of the operator this node belongs
 	// to: the node announces a certificate, signed with it, naming its own
 	// peer ID. Nodes of one operator never get two replicas of one attempt.
@@ -154,6 +159,9 @@ func (c *Config) setDefaults() {
 	if c.Slot == nil {
 		c.Slot = &proto.SlotShape{CpuMillis: 1000, MemoryBytes: 4 << 30}
 	}
+	if c.GossipGrace == 0 {
+		c.GossipGrace = 30 * time.Second
+	}
 	if c.AnnounceInterval == 0 {
 		c.AnnounceInterval = 5 * time.Second
 	}
@@ -176,9 +184,14 @@ type Node struct {
 	store  *capsulestore.Store
 	ps     *pubsub.PubSub
 	topic  *pubsub.Topic
-	coords []peer.AddrInfo
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// streams tracks gossipsub's outbound streams; gossipRedials counts
+	// connections closed because announcements did not reach a
+	// coordinator (gossipwatch.go).
+	streams       *gossipStreams
+	gossipRedials atomic.Int64
+	coords        []peer.AddrInfo
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup
 	// announceNow asks for an announcement out of turn (a slot changed).
 	announceNow chan struct{}
 	deliverNow  chan struct{}
@@ -317,7 +330,9 @@ func (n *Node) start(ctx context.Context) error {
 	for i, c := range n.coords {
 		coordIDs[i] = c.ID
 	}
-	if n.ps, err = pubsub.NewGossipSub(runCtx, h, proto.NodeGossipOptions(n.cfg.Network, coordIDs)...); err != nil {
+	n.streams = newGossipStreams()
+	gossipOpts := append(proto.NodeGossipOptions(n.cfg.Network, coordIDs), pubsub.WithRawTracer(n.streams))
+	if n.ps, err = pubsub.NewGossipSub(runCtx, h, gossipOpts...); err != nil {
 		return fmt.Errorf("node: start gossipsub: %w", err)
 	}
 	// The node publishes on the capacity topic without subscribing: its
@@ -391,12 +406,20 @@ func (n *Node) Close() error {
 // connectLoop keeps a connection open to every coordinator.
 func (n *Node) connectLoop(ctx context.Context) {
 	backoff := 250 * time.Millisecond
+	links := gossipLinks{grace: n.cfg.GossipGrace, down: map[peer.ID]time.Time{}}
 	for {
 		allUp := true
 		for _, ai := range n.coords {
 			if n.host.Network().Connectedness(ai.ID) == network.Connected {
+				if links.stale(ai.ID, n.gossipUp(ai.ID), time.Now()) {
+					n.log.Warn("connected to coordinator, but announcements do not reach it; dialling again",
+						"coordinator", ai.ID, "grace", n.cfg.GossipGrace, "gossip_stream", n.streams.has(ai.ID))
+					n.gossipRedials.Add(1)
+					_ = n.host.Network().ClosePeer(ai.ID)
+				}
 				continue
 			}
+			links.forget(ai.ID)
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			err := n.host.Connect(cctx, ai)
 			cancel()

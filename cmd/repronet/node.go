@@ -43,6 +43,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	suites := fs.String("suites", "", "comma-separated suites this node serves (default: any)")
 	groups := fs.String("groups", "", "comma-separated submitter groups this node serves (default: any)")
 	announce := fs.Duration("announce-interval", 5*time.Second, "steady announcement period (every second for the first 30 s)")
+	gossipGrace := fs.Duration("gossip-grace", 30*time.Second, "how long a connected coordinator may go without receiving this node's announcements (no gossipsub stream to it, or its subscription not heard) before the node closes the connection and dials again (0: default; negative: never)")
 	diskDefault := byteSize(sandbox.DefaultDiskBytes)
 	fs.Var(&diskDefault, "disk-default", "what an attempt whose limits set no disk_bytes may write besides its capsule (its workspace is this plus 3x the capsule tarball); bytes, or with a K, M, G or T suffix (powers of 1024)")
 	imageCache := byteSize(sandbox.DefaultImageCacheBytes)
@@ -72,7 +73,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg := node.Config{
 		Network: *network, DataDir: *dataDir, DiskReserve: uint64(diskReserve), Coordinators: coords, ListenAddrs: listen,
 		Slots: *slots, Slot: &proto.SlotShape{CpuMillis: 1000, MemoryBytes: 4 << 30},
-		Suites: splitList(*suites), Groups: splitList(*groups), AnnounceInterval: *announce,
+		Suites: splitList(*suites), Groups: splitList(*groups), AnnounceInterval: *announce, GossipGrace: *gossipGrace,
 		DefaultDiskBytes: int64(diskDefault), MaxDiskBytes: int64(diskMax), CacheQuota: int64(cacheQuota), Logger: log,
 	}
 	// The host programs the sandbox runs (mkfs.ext4, ip, nft): installed
