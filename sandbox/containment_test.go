@@ -39,7 +39,7 @@ func TestForkBomb(t *testing.T) {
 	start := time.Now()
 	go func() {
 		res, err := testRunner.Run(ctx, Spec{ID: t.Name(), Image: testImage,
-			Args:   sh(`b() { b | b & }; b; exec sleep 30`), // exec: the main shell needs no fork to wait
+			Args:   sh(`(b() { b | b & }; b); exec sleep 30`), // the bomb in a subshell, forked while pids are plenty: the main shell forks nothing after it (a failed fork would end it) and execs the sleep
 			Limits: Limits{Pids: pids, Wall: 3 * time.Second}})
 		bomb <- outcome{res, err}
 	}()

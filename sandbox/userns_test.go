@@ -275,7 +275,7 @@ func TestUserNamespaceLimits(t *testing.T) {
 		{name: "memory", lim: Limits{MemoryBytes: 32 << 20},
 			script: `awk 'BEGIN { s = "x"; while (1) s = s s }'; exit 0`, want: OutcomeOOM},
 		{name: "pids", lim: Limits{Pids: 32, Wall: 3 * time.Second},
-			script: `b() { b | b & }; b; exec sleep 30`, want: OutcomeTimeout,
+			script: `(b() { b | b & }; b); exec sleep 30`, want: OutcomeTimeout,
 			check: func(t *testing.T, res Result) {
 				if res.PeakPids != 32 {
 					t.Fatalf("peak pids %d, want the limit 32", res.PeakPids)
