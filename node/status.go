@@ -19,7 +19,8 @@ import (
 // The volunteer's view of its node (StatusHandler, StatusPage; `repronet
 // node status`, and the --metrics address's / and /status): its slots,
 // the attempts it runs with their phase, elapsed time and limits, its
-// capsule cache and data folder, its outbox, and the credit it earned:
+// capsule cache and data folder, its outbox, the egress its proxy refused
+// jobs, and the credit it earned:
 // the CPU and wall-clock time of the reports its coordinators accepted,
 // kept in its datastore across restarts.
 
@@ -40,6 +41,10 @@ type Status struct {
 	// Finished counts attempts run to a report since start, by outcome.
 	Finished map[string]int `json:"finished"`
 	Credit   Credit         `json:"credit"`
+	// EgressRefused counts the requests and connections the egress proxy
+	// refused this node's jobs since start (each is also logged with its
+	// attempt).
+	EgressRefused uint64 `json:"egress_refused"`
 }
 
 // CoordStatus is one coordinator this node serves.
@@ -175,6 +180,7 @@ func (n *Node) Status(ctx context.Context) Status {
 		st.Outbox = p
 	}
 	st.Unsaved = n.unsaved.len()
+	st.EgressRefused = n.egressRefused.Load()
 	return st
 }
 
@@ -230,6 +236,7 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 <p class="muted">{{.Peer}}</p>
 <p>Slots: <b>{{.FreeSlots}}</b> free of {{.TotalSlots}} · outbox {{.Outbox}} report(s){{if .Unsaved}} ({{.Unsaved}} held in memory){{end}}</p>
 <p>Credit: <b>{{printf "%.4f" .Credit.CPUHours}} CPU-hours</b> over {{.Credit.Reports}} accepted report(s)</p>
+<p>Egress refused since start: {{.EgressRefused}} request(s) or connection(s)</p>
 <p>Capsule cache: {{mib .Cache.UsedBytes}} used{{if .Cache.QuotaBytes}} of {{mib .Cache.QuotaBytes}}{{end}}, {{.Cache.Capsules}} capsule(s) · data disk {{mib .Disk.FreeBytes}} free of {{mib .Disk.TotalBytes}}{{if .Disk.Full}} <b>(full: work is declined)</b>{{end}}</p>
 <h2>Running</h2>
 <table><tr><th>Attempt</th><th>Suite</th><th>Group</th><th>Phase</th><th>Elapsed</th><th>Limits</th></tr>

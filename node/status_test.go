@@ -31,6 +31,7 @@ func TestStatus(t *testing.T) {
 		n.credit(ctx, env)
 	}
 	n.credit(ctx, []byte("not an envelope")) // ignored
+	n.egressRefused.Add(3) // as the proxy counts refusals
 	st := n.Status(ctx)
 	if len(st.Running) != 1 {
 		t.Fatalf("running %+v", st.Running)
@@ -39,6 +40,9 @@ func TestStatus(t *testing.T) {
 	if r.Attempt != "at-1" || r.Phase != "running" || r.Group != "lab-a" || r.WallSeconds != 2700 || r.Network != "egress" || len(r.Allow) != 1 ||
 		r.Elapsed < 0 || r.Coordinator != coords[0].String() {
 		t.Fatalf("running attempt %+v", r)
+	}
+	if st.EgressRefused != 3 {
+		t.Fatalf("egress refused %d, want 3", st.EgressRefused)
 	}
 	if st.TotalSlots != 2 || st.Credit.Reports != 2 || st.Credit.CPUHours != 1 || st.Credit.WallSeconds != 7200 || len(st.Coordinators) != 2 {
 		t.Fatalf("status %+v", st)
@@ -52,7 +56,7 @@ func TestStatus(t *testing.T) {
 	rec = httptest.NewRecorder()
 	n.StatusPage().ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if page := rec.Body.String(); !strings.Contains(page, "1.0000 CPU-hours") || !strings.Contains(page, "at-1") ||
-		!strings.Contains(page, "of 2700 s") {
+		!strings.Contains(page, "of 2700 s") || !strings.Contains(page, "Egress refused since start: 3") {
 		t.Fatalf("status page: %s", page)
 	}
 	untrack()

@@ -62,6 +62,7 @@ func writeNodeStatus(w io.Writer, st node.Status) {
 	}
 	fmt.Fprintf(w, "\ncredit: %.4f CPU-hours, %.4f wall-clock hours over %d accepted report(s)\n", st.Credit.CPUHours,
 		st.Credit.WallSeconds/3600, st.Credit.Reports)
+	fmt.Fprintf(w, "egress refused since start: %d request(s) or connection(s)\n", st.EgressRefused)
 	fmt.Fprintf(w, "capsule cache: %s used", mib(float64(st.Cache.UsedBytes)))
 	if st.Cache.QuotaBytes > 0 {
 		fmt.Fprintf(w, " of %s", mib(float64(st.Cache.QuotaBytes)))

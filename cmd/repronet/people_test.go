@@ -194,12 +194,12 @@ func TestEvalResultsText(t *testing.T) {
 }
 
 // TestNodeStatusCommand: repronet node status reads a node's /status and
-// prints its slots, running attempts, cache and credit.
+// prints its slots, running attempts, cache, refused egress and credit.
 func TestNodeStatusCommand(t *testing.T) {
 	st := node.Status{Peer: "12D3KooWnode", TotalSlots: 4, FreeSlots: 3, Outbox: 1, Credit: node.Credit{Reports: 7, CPUHours: 1.25, WallSeconds: 9000},
 		Running: []node.Running{{Attempt: "at-1", Suite: "sample", Group: "lab-a", Phase: "running", Elapsed: 75, WallSeconds: 2700,
 			CPUMillis: 1000, MemoryBytes: 4 << 30, Network: "egress", Allow: []string{"tcp:10.0.0.0/8:443"}}},
-		Cache: node.CacheStatus{UsedBytes: 3 << 20, QuotaBytes: 10 << 20, Capsules: 2}, Finished: map[string]int{"ok": 6, "timeout": 1}}
+		Cache: node.CacheStatus{UsedBytes: 3 << 20, QuotaBytes: 10 << 20, Capsules: 2}, Finished: map[string]int{"ok": 6, "timeout": 1}, EgressRefused: 5}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/status" {
 			http.NotFound(w, r)
@@ -213,7 +213,7 @@ func TestNodeStatusCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"slots: 3 free of 4", "1.2500 CPU-hours", "7 accepted report(s)", "at-1", "running", "1m15s", "2700s",
-		"egress (1 allowed)", "3.0 MiB used of 10.0 MiB, 2 capsule(s)", "finished since start: ok 6, timeout 1"} {
+		"egress (1 allowed)", "3.0 MiB used of 10.0 MiB, 2 capsule(s)", "finished since start: ok 6, timeout 1", "egress refused since start: 5"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("%q not in:\n%s", want, out)
 		}
