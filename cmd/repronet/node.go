@@ -23,7 +23,10 @@ import (
 )
 
 func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("node", "node --coordinator MULTIADDR [flags]", stderr)
+	if len(args) > 0 && args[0] == "status" {
+		return runNodeStatus(ctx, args[1:], stdout, stderr)
+	}
+	fs := newFlags("node", "node --coordinator MULTIADDR [flags] | node status [--metrics ADDR]", stderr)
 	dataDir := fs.String("data", defaultDataDir("node"), "data folder: identity key, capsule cache, report outbox, and the sandbox's state (attempts' workspace images, in DATA/sandbox)")
 	diskReserve := byteSize(node.DefaultDiskReserve)
 	fs.Var(&diskReserve, "disk-reserve", "free space the data folder keeps: below it nothing more is written there, assignments are declined as busy and finished reports wait in memory until there is room; bytes, or with a K, M, G or T suffix")
@@ -48,7 +51,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Var(&cacheQuota, "cache-quota", "cap on the capsule cache (capsules no running attempt uses are evicted, least recently used first); bytes, or with a K, M, G or T suffix; 0: no cap")
 	var diskMax byteSize
 	fs.Var(&diskMax, "disk-max", "largest workspace this node makes: attempts whose limits ask for more are declined, default sizes are capped to it (0: no maximum)")
-	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9101; default: off), within the --http-* limits")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics, the node's status at /status (JSON, read by repronet node status) and a status page at / (e.g. 127.0.0.1:9101; default: off), within the --http-* limits")
 	httpLimits := httpLimitFlags(fs)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
@@ -115,6 +118,8 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *metricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", nd.MetricsHandler())
+		mux.Handle("GET /status", nd.StatusHandler())
+		mux.Handle("GET /{$}", nd.StatusPage())
 		srv, err := httpserve.Start(ctx, *metricsAddr, mux, limits, log)
 		if err != nil {
 			nd.Close()
