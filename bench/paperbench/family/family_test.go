@@ -679,3 +679,44 @@ func TestScoreFailures(t *testing.T) {
 		t.Errorf("full rollout: %+v", pub)
 	}
 }
+
+// TestComparable: every score carries a grading, which the core's
+// cross-check needs to validate an agent's job even alone (without one,
+// a Single stage is never validated and the core asks for replicas for
+// ever): the leaves graded 1 in tree order (a failed judging false), Pass
+// for a perfect score; the full variant's rollout passes when it
+// submitted a reproduce.sh.
+func TestComparable(t *testing.T) {
+	s, _, _ := openSample(t, testConfig())
+	sim := startSim(t)
+	task := s.Tasks()[0]
+	sc, err := s.Score(context.Background(), bench.ScoreInput{Task: task, Variant: family.Full, Stage: family.StageReproduce, Outcome: "ok",
+		Output: outputs(reproductionOutputs(t, executed(), honestLog)), Models: simModels{sim.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// impl-read 1, impl-write 1, impl-tests 0, impl-style 1, run-mean 1,
+	// results-mean 1, results-spread failed.
+	want := []bool{true, true, false, true, true, true, false}
+	if g := sc.Comparable.Grading; g == nil || g.Pass || fmt.Sprint(g.Checks) != fmt.Sprint(want) || sc.Comparable.OutputDigest == "" {
+		t.Fatalf("reproduction's comparable %+v (grading %+v), want checks %v", sc.Comparable, sc.Comparable.Grading, want)
+	}
+	outs := map[string][]byte{family.SubmissionDir: tarOf(t, submission()), family.LogDir: tarOf(t, map[string]string{"agent.log": honestLog})}
+	sc, err = s.Score(context.Background(), bench.ScoreInput{Task: task, Variant: family.Full, Stage: family.StageRollout, Outcome: "ok",
+		Output: outputs(outs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := sc.Comparable.Grading; g == nil || !g.Pass || len(g.Checks) != 0 {
+		t.Fatalf("rollout's grading %+v", g)
+	}
+	delete(outs, family.SubmissionDir)
+	sc, err = s.Score(context.Background(), bench.ScoreInput{Task: task, Variant: family.Full, Stage: family.StageRollout, Outcome: "ok",
+		Output: outputs(outs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := sc.Comparable.Grading; g == nil || g.Pass {
+		t.Fatalf("a rollout without a submission: grading %+v", g)
+	}
+}

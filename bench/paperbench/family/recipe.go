@@ -124,6 +124,12 @@ func Instructions(title, variant string) string {
 		Workspace + "/" + LogDir + ".\n"
 }
 
+// droppedHeader opens the list of dropped files. It keeps the output from
+// ever being empty: nodes today fail to serve an empty output (its CID is
+// the empty block's, which the coordinator's fetch never gets), and the
+// report would be retried until its lease ran out.
+const droppedHeader = "# files over 10 MiB removed after reproduce.sh ran"
+
 // ReproductionEntry is the reproduction's entry script, run with /bin/sh
 // in the reproducer image: the submission's tarball (when the rollout
 // returned one) unpacked into the submission folder, then control/reproduce
@@ -131,7 +137,7 @@ func Instructions(title, variant string) string {
 // its output kept in reproduce.log) run with bash, its exit status written
 // to result/exit_code, and every regular file over 10 MiB (but agent.log
 // and inspect.log) removed from the submission and listed in
-// result/dropped, as the original drops them before keeping the executed
+// result/dropped (after droppedHeader), as the original drops them before keeping the executed
 // submission. Its own exit status is reproduce.sh's.
 //
 // The tarball is unpacked here, in the sandbox, because a folder output is
@@ -148,7 +154,7 @@ func ReproductionEntry() string {
 		"bash " + InDir + "/" + ControlDir + "/reproduce\n" +
 		"code=$?\n" +
 		"echo \"$code\" > " + ResultMount + "/exit_code\n" +
-		big + " > " + ResultMount + "/dropped\n" +
+		"{ echo '" + droppedHeader + "'; " + big + "; } > " + ResultMount + "/dropped\n" +
 		big + " -exec rm -f {} +\n" +
 		"exit \"$code\"\n"
 }

@@ -440,11 +440,23 @@ func tarSources(prefix string, tarball []byte, limit int) ([]paperbench.Source, 
 	return out, nil
 }
 
-// finish encodes a verdict into a score; replicas would be compared on
-// the digest of the submission scored (both stages are Single).
+// finish encodes a verdict into a score. Its comparable holds a grading,
+// as the core's cross-check compares an agent's jobs on one and validates
+// none without (a job of a Single stage is compared with itself): each
+// leaf graded 1, in tree order, and Pass for a perfect score; for the full
+// variant's rollout, which is not judged, Pass says that it submitted a
+// reproduce.sh. Replicas asked for by hand would also be compared on the
+// digest of the submission scored.
 func finish(v Verdict, submission []byte, value float64) (bench.Score, error) {
 	sum := sha256.Sum256(submission)
-	out := bench.Score{Comparable: bench.Comparable{OutputDigest: hex.EncodeToString(sum[:])}, Value: value}
+	g := &bench.Grading{Pass: len(v.Grading) > 0 && value == 1, Checks: make([]bool, 0, len(v.Grading))}
+	for _, l := range v.Grading {
+		g.Checks = append(g.Checks, l.Score == 1 && !l.Failed)
+	}
+	if v.Stage == StageRollout && v.Scores == nil {
+		g.Pass = v.Submitted && v.ReproduceSH && !v.Disqualified
+	}
+	out := bench.Score{Comparable: bench.Comparable{Grading: g, OutputDigest: hex.EncodeToString(sum[:])}, Value: value}
 	var errs [3]error
 	out.Scoring, errs[0] = json.Marshal(v.Scoring)
 	out.Verdict, errs[1] = json.Marshal(v)
