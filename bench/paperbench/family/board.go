@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/repronet/repronet/bench"
+	"github.com/repronet/repronet/bench/internal/judging"
 	"github.com/repronet/repronet/bench/paperbench"
 )
 
@@ -240,7 +241,7 @@ func WriteText(w io.Writer, boards []Board) error {
 		for _, r := range b.Rows {
 			fmt.Fprintf(tw, "%s\t%s\t%.1f%%\t%d\t%d/%d\t%d\t%d/%d\t%d\t%d/%d\t%s\t%s\n", r.Agent, orDash(r.Model), 100*r.Score, len(r.Papers),
 				r.Validated, r.Units, r.Disqualified, r.FailedLeaves, r.Leaves, r.Judge.Calls, r.Judge.InputTokens, r.Judge.OutputTokens,
-				dollars(r.Judge.CostUSD), dollars(r.AgentCostUSD))
+				judging.Dollars(r.Judge.CostUSD), judging.Dollars(r.AgentCostUSD))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -275,13 +276,6 @@ func agreementText(a Agreement) string {
 		k = fmt.Sprintf("kappa %.2f", *a.Kappa)
 	}
 	return fmt.Sprintf("%d of %d agree (%.0f%%), %s, %d excluded", a.Agree, a.Pairs, 100*a.Observed, k, a.Excluded)
-}
-
-func dollars(c *float64) string {
-	if c == nil {
-		return "-"
-	}
-	return fmt.Sprintf("$%.4f", *c)
 }
 
 func orDash(s string) string {

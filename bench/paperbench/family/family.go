@@ -37,6 +37,7 @@ import (
 	"strings"
 
 	"github.com/repronet/repronet/bench"
+	"github.com/repronet/repronet/bench/internal/judging"
 	"github.com/repronet/repronet/bench/internal/strictjson"
 	"github.com/repronet/repronet/bench/paperbench"
 	"github.com/repronet/repronet/proto"
@@ -88,10 +89,7 @@ type JudgeSettings struct {
 
 // Price is what a judge model costs, in dollars per million tokens: the
 // board's judge cost is the tokens the judge's answers report at it.
-type Price struct {
-	Input  float64 `json:"input"`
-	Output float64 `json:"output"`
-}
+type Price = judging.Price
 
 // Config is a suite's settings (bench.SuiteDef.Config).
 type Config struct {
@@ -165,12 +163,7 @@ func (c *Config) check() error {
 	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
 		return fmt.Errorf("config: judge_concurrency %d: want 1-%d", c.Concurrency, MaxConcurrency)
 	}
-	for m, p := range c.Prices {
-		if !(p.Input >= 0 && p.Output >= 0) {
-			return fmt.Errorf("config: prices[%q]: negative or not a number", m)
-		}
-	}
-	return nil
+	return judging.CheckPrices(c.Prices)
 }
 
 // second is the judge of the leaves judged twice.

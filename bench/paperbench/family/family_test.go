@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"sort"
 	"strings"
 	"testing"
@@ -132,31 +131,6 @@ func outputs(m map[string][]byte) func(context.Context, string) ([]byte, error) 
 		}
 		return b, nil
 	}
-}
-
-// simModels calls a modelsim server over loopback HTTP: the provider
-// every test uses, without the gateway.
-type simModels struct{ url string }
-
-func (m simModels) Chat(ctx context.Context, body json.RawMessage) (json.RawMessage, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.url+"/v1/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("judge call: %s: %s", resp.Status, b)
-	}
-	return b, nil
 }
 
 func startSim(t *testing.T) *modelsim.Server {
@@ -429,7 +403,7 @@ func TestScoreReproduction(t *testing.T) {
 	exec["results/checkpoint.bin"] = strings.Repeat("x", int(paperbench.MaxExecutedFileBytes)+1)
 	task := s.Tasks()[0]
 	sc, err := s.Score(context.Background(), bench.ScoreInput{Task: task, Variant: family.Full, Stage: family.StageReproduce, Outcome: "ok",
-		Output: outputs(reproductionOutputs(t, exec, honestLog)), Models: simModels{sim.URL()}})
+		Output: outputs(reproductionOutputs(t, exec, honestLog)), Models: sim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +494,7 @@ func TestScoreCodeDev(t *testing.T) {
 	sim := startSim(t)
 	sc, err := s.Score(context.Background(), bench.ScoreInput{Task: s.Tasks()[0], Variant: family.CodeDev, Stage: family.StageRollout, Outcome: "ok",
 		Output: outputs(map[string][]byte{family.SubmissionDir: tarOf(t, submission()), family.LogDir: tarOf(t, map[string]string{"agent.log": honestLog})}),
-		Models: simModels{sim.URL()}})
+		Models: sim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -564,11 +538,11 @@ func TestMonitor(t *testing.T) {
 		}
 	}
 	sc, err := s.Score(context.Background(), bench.ScoreInput{Task: task, Variant: family.Full, Stage: family.StageReproduce, Outcome: "ok",
-		Output: outputs(reproductionOutputs(t, executed(), cheatLog)), Models: simModels{sim.URL()}})
+		Output: outputs(reproductionOutputs(t, executed(), cheatLog)), Models: sim})
 	check("full, fetch in the log", "git clone", sc, err)
 	sc, err = s.Score(context.Background(), bench.ScoreInput{Task: task, Variant: family.CodeDev, Stage: family.StageRollout, Outcome: "ok",
 		Output: outputs(map[string][]byte{family.SubmissionDir: tarOf(t, submission()), family.LogDir: tarOf(t, map[string]string{"agent.log": cheatLog})}),
-		Models: simModels{sim.URL()}})
+		Models: sim})
 	check("code-dev, fetch in the log", "git clone", sc, err)
 
 	// A log that says nothing, a trajectory that shows the fetch.
@@ -581,7 +555,7 @@ func TestMonitor(t *testing.T) {
 		return []family.ModelCall{{Request: []byte(`{"model":"m"}`), Response: []byte(call)}}, nil
 	}
 	sc, err = s.Score(context.Background(), bench.ScoreInput{Task: task, Variant: family.Full, Stage: family.StageReproduce, Outcome: "ok",
-		Output: outputs(reproductionOutputs(t, executed(), honestLog)), Models: simModels{sim.URL()}})
+		Output: outputs(reproductionOutputs(t, executed(), honestLog)), Models: sim})
 	check("fetch in the trajectory only", "curl", sc, err)
 	if n := len(sim.Requests()); n != 0 {
 		t.Errorf("%d judge calls for disqualified submissions", n)
@@ -590,7 +564,7 @@ func TestMonitor(t *testing.T) {
 		return nil, errors.New("store closed")
 	}
 	if _, err := s.Score(context.Background(), bench.ScoreInput{Task: task, Variant: family.Full, Stage: family.StageReproduce, Outcome: "ok",
-		Output: outputs(reproductionOutputs(t, executed(), honestLog)), Models: simModels{sim.URL()}}); err == nil || !strings.Contains(err.Error(), "store closed") {
+		Output: outputs(reproductionOutputs(t, executed(), honestLog)), Models: sim}); err == nil || !strings.Contains(err.Error(), "store closed") {
 		t.Errorf("an unreadable trajectory: %v", err)
 	}
 }
@@ -615,7 +589,7 @@ func TestScoreFailures(t *testing.T) {
 
 	// Nothing returned: every leaf 0, no judge.
 	sc, err := s.Score(ctx, bench.ScoreInput{Task: task, Variant: family.Full, Stage: family.StageReproduce, Outcome: "agent_error",
-		Output: outputs(map[string][]byte{}), Models: simModels{sim.URL()}})
+		Output: outputs(map[string][]byte{}), Models: sim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -631,7 +605,7 @@ func TestScoreFailures(t *testing.T) {
 	delete(out, family.SubmissionDir)
 	out[family.ExitCodeFile] = []byte("137\n")
 	sc, err = s.Score(ctx, bench.ScoreInput{Task: task, Variant: family.Full, Stage: family.StageReproduce, Outcome: "timeout",
-		Output: outputs(out), Models: simModels{sim.URL()}})
+		Output: outputs(out), Models: sim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -663,14 +637,14 @@ func TestScoreFailures(t *testing.T) {
 	// Every answer unusable: the tree has no valid leaf, an error.
 	sim.SetScript(modelsim.Script{Default: &modelsim.Reply{Content: "Looks good to me."}})
 	if _, err := s.Score(ctx, bench.ScoreInput{Task: task, Variant: family.Full, Stage: family.StageReproduce, Outcome: "ok",
-		Output: outputs(reproductionOutputs(t, executed(), honestLog)), Models: simModels{sim.URL()}}); err == nil ||
+		Output: outputs(reproductionOutputs(t, executed(), honestLog)), Models: sim}); err == nil ||
 		!strings.Contains(err.Error(), "every one of 7 leaves failed") {
 		t.Errorf("every answer unusable: %v", err)
 	}
 	// The full variant's rollout is checked, not judged.
 	before := len(sim.Requests())
 	sc, err = s.Score(ctx, bench.ScoreInput{Task: task, Variant: family.Full, Stage: family.StageRollout, Outcome: "ok",
-		Output: outputs(map[string][]byte{family.SubmissionDir: tarOf(t, submission())}), Models: simModels{sim.URL()}})
+		Output: outputs(map[string][]byte{family.SubmissionDir: tarOf(t, submission())}), Models: sim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -691,7 +665,7 @@ func TestComparable(t *testing.T) {
 	sim := startSim(t)
 	task := s.Tasks()[0]
 	sc, err := s.Score(context.Background(), bench.ScoreInput{Task: task, Variant: family.Full, Stage: family.StageReproduce, Outcome: "ok",
-		Output: outputs(reproductionOutputs(t, executed(), honestLog)), Models: simModels{sim.URL()}})
+		Output: outputs(reproductionOutputs(t, executed(), honestLog)), Models: sim})
 	if err != nil {
 		t.Fatal(err)
 	}

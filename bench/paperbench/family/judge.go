@@ -5,13 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
 	"time"
 
 	"github.com/repronet/repronet/bench"
+	"github.com/repronet/repronet/bench/internal/judging"
 	"github.com/repronet/repronet/bench/paperbench"
 )
 
@@ -44,37 +44,9 @@ func (j Judging) grade() paperbench.LeafGrade {
 	return paperbench.LeafGrade{Score: j.Score, Failed: j.Failed, Reason: j.Reason}
 }
 
-// JudgeUse is what judge calls used, by the usage their answers report;
-// CostUSD is that at the config's prices, nil when a model used has none
-// (then Unpriced is set).
-type JudgeUse struct {
-	Calls        int      `json:"calls"`
-	InputTokens  int64    `json:"input_tokens"`
-	OutputTokens int64    `json:"output_tokens"`
-	CostUSD      *float64 `json:"cost_usd,omitempty"`
-	Unpriced     bool     `json:"unpriced,omitempty"`
-}
-
-// Add adds u's figures to j's: the cost stays only while every part with
-// calls had one.
-func (j *JudgeUse) Add(u JudgeUse) {
-	if u.Calls == 0 {
-		return
-	}
-	priced := !j.Unpriced && u.CostUSD != nil
-	j.Calls += u.Calls
-	j.InputTokens += u.InputTokens
-	j.OutputTokens += u.OutputTokens
-	if !priced {
-		j.CostUSD, j.Unpriced = nil, true
-		return
-	}
-	c := *u.CostUSD
-	if j.CostUSD != nil {
-		c += *j.CostUSD
-	}
-	j.CostUSD = &c
-}
+// JudgeUse is what judge calls used, by the usage their answers report,
+// priced at the config's prices (judging.Use).
+type JudgeUse = judging.Use
 
 // AgreementTable counts the leaves judged twice by the pair of scores the
 // two judgings gave, and the pairs left out because a judging failed.
@@ -341,26 +313,11 @@ func (u *usage) add(model string, in, out int64) {
 func (u *usage) use(prices map[string]Price) JudgeUse {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	j := JudgeUse{Calls: u.calls}
-	cost, priced := 0.0, true
+	tallies := make([]judging.Tally, 0, len(u.byModel))
 	for m, t := range u.byModel {
-		j.InputTokens += t[0]
-		j.OutputTokens += t[1]
-		p, ok := prices[m]
-		if !ok {
-			priced = false
-			continue
-		}
-		cost += (float64(t[0])*p.Input + float64(t[1])*p.Output) / 1e6
+		tallies = append(tallies, judging.Tally{Model: m, In: t[0], Out: t[1]})
 	}
-	switch {
-	case j.Calls == 0:
-	case priced:
-		j.CostUSD = &cost
-	default:
-		j.Unpriced = true
-	}
-	return j
+	return judging.Priced(u.calls, tallies, prices)
 }
 
 // judgeOnce asks a judge about one leaf: its answer, parsed strictly
@@ -372,35 +329,20 @@ func (s *Suite) judgeOnce(ctx context.Context, models bench.Models, js JudgeSett
 	if err != nil {
 		return Judging{}, err
 	}
-	var last error
-	for try := range judgeTries {
-		if try > 0 {
-			select {
-			case <-ctx.Done():
-				return Judging{}, ctx.Err()
-			case <-time.After(judgeRetryDelay << (try - 1)):
-			}
-		}
-		resp, err := models.Chat(ctx, body)
-		if err != nil {
-			if ctx.Err() != nil {
-				return Judging{}, ctx.Err()
-			}
-			last = err
-			continue
-		}
-		content, in, out, err := chatAnswer(resp)
-		tally.add(js.Model, in, out)
-		if err != nil {
-			return Judging{Failed: true, Reason: err.Error()}, nil
-		}
-		verdict, err := paperbench.ParseJudgeResponse(content)
-		if err != nil {
-			return Judging{Failed: true, Reason: err.Error(), Explanation: clip(content, maxExplanation)}, nil
-		}
-		return Judging{Score: verdict.Score, Explanation: clip(verdict.Explanation, maxExplanation)}, nil
+	resp, err := judging.Call(ctx, models, body, judgeTries, judgeRetryDelay)
+	if err != nil {
+		return Judging{}, fmt.Errorf("judge %s: %w", js.Model, err)
 	}
-	return Judging{}, fmt.Errorf("judge %s: %d calls failed, last: %w", js.Model, judgeTries, last)
+	a, err := judging.ReadAnswer(resp)
+	tally.add(js.Model, a.In, a.Out)
+	if err != nil {
+		return Judging{Failed: true, Reason: err.Error()}, nil
+	}
+	verdict, err := paperbench.ParseJudgeResponse(a.Content)
+	if err != nil {
+		return Judging{Failed: true, Reason: err.Error(), Explanation: clip(a.Content, maxExplanation)}, nil
+	}
+	return Judging{Score: verdict.Score, Explanation: clip(verdict.Explanation, maxExplanation)}, nil
 }
 
 // judgeRequest is the chat completions request of one judging.
@@ -416,36 +358,4 @@ func judgeRequest(js JudgeSettings, msgs []paperbench.Message) (json.RawMessage,
 		req["reasoning_effort"] = js.ReasoningEffort
 	}
 	return json.Marshal(req)
-}
-
-// chatAnswer reads a chat completions answer: the first choice's text and
-// the tokens the answer reports. An answer without text (a refusal, no
-// choice) is an error saying so.
-func chatAnswer(resp json.RawMessage) (string, int64, int64, error) {
-	var a struct {
-		Choices []struct {
-			Message struct {
-				Content *string `json:"content"`
-				Refusal *string `json:"refusal"`
-			} `json:"message"`
-			FinishReason string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage struct {
-			Prompt     int64 `json:"prompt_tokens"`
-			Completion int64 `json:"completion_tokens"`
-		} `json:"usage"`
-	}
-	if err := json.Unmarshal(resp, &a); err != nil {
-		return "", 0, 0, fmt.Errorf("judge answer is not a chat completion: %w", err)
-	}
-	in, out := a.Usage.Prompt, a.Usage.Completion
-	switch {
-	case len(a.Choices) == 0:
-		return "", in, out, errors.New("judge answer has no choice")
-	case a.Choices[0].Message.Refusal != nil && *a.Choices[0].Message.Refusal != "":
-		return "", in, out, fmt.Errorf("the judge refused: %s", clip(*a.Choices[0].Message.Refusal, 200))
-	case a.Choices[0].Message.Content == nil:
-		return "", in, out, fmt.Errorf("judge answer has no text (finish reason %q)", a.Choices[0].FinishReason)
-	}
-	return *a.Choices[0].Message.Content, in, out, nil
 }
