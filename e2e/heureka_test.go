@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -167,4 +170,62 @@ func TestHeureka(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("boards:\n%s", text.String())
+
+	// The dashboard: an MCQ board (the value is exact under the trimmed
+	// grader) and an OEQ board (the published score mapped from [1, 5]).
+	checkDashboard(t, dashboardBoards(t, c, suite), map[string]map[string]float64{
+		"kind=mcq": {sample.Agent: 2.0 / 3},
+		"kind=oeq": {sample.Agent: ((weighted-1)/4 + (2.0-1)/4) / 2},
+	})
+}
+
+// dashboardBoards reads the coordinator's public leaderboard page (the
+// dashboard's "/") and returns its boards' sections of suite, each as
+// its HTML.
+func dashboardBoards(t *testing.T, c *coordinator.Coordinator, suite string) []string {
+	t.Helper()
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("dashboard: %s %v", resp.Status, err)
+	}
+	var out []string
+	for _, s := range strings.Split(string(body), `<section class="board"`)[1:] {
+		s, _, _ = strings.Cut(s, "</section>")
+		if strings.Contains(s, `data-suite="`+suite+`"`) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// checkDashboard checks that the dashboard shows a board of suite per
+// scoring fragment, with each agent's accuracy (the family's value).
+func checkDashboard(t *testing.T, sections []string, want map[string]map[string]float64) {
+	t.Helper()
+	for frag, agents := range want {
+		found := false
+		for _, s := range sections {
+			scoring, _, _ := strings.Cut(s, "</p>")
+			if !strings.Contains(scoring, frag) {
+				continue
+			}
+			found = true
+			for agent, acc := range agents {
+				row := s[strings.Index(s, `data-agent="`+agent+`"`):]
+				if !strings.Contains(row, fmt.Sprintf(`<td class="acc">%.1f%%</td>`, 100*acc)) {
+					t.Errorf("dashboard board %q: agent %s, want accuracy %.1f%%:\n%s", frag, agent, 100*acc, s)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no dashboard board of scoring %q among %d:\n%s", frag, len(sections), strings.Join(sections, "\n---\n"))
+		}
+	}
 }

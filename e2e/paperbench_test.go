@@ -283,6 +283,19 @@ func TestPaperBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("boards:\n%s", text.String())
+
+	// The dashboard: a board per variant, the value being the score under
+	// the report-failed grader.
+	byLevel := map[string][]string{}
+	for _, s := range dashboardBoards(t, c, suite) {
+		for _, l := range []string{family.Full, family.CodeDev} {
+			if strings.Contains(s, `data-level="`+l+`"`) {
+				byLevel[l] = append(byLevel[l], s)
+			}
+		}
+	}
+	checkDashboard(t, byLevel[family.CodeDev], map[string]map[string]float64{"model:" + sample.JudgeModel: {"honest": impl}})
+	checkDashboard(t, byLevel[family.Full], map[string]map[string]float64{"model:" + sample.JudgeModel: {"honest": wantFull[paperbench.GraderReportFailed], "cheat": 0}})
 }
 
 func publicOf(t *testing.T, e bench.Entry) family.Public {

@@ -104,13 +104,31 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 		if kind == "" {
 			return nil, fmt.Errorf("%s: no question %q in suite %s", name, e.TaskID, s.name)
 		}
-		scoring := e.Scoring
-		if len(scoring) == 0 {
-			scoring = s.Scoring()
-		}
 		var compact bytes.Buffer
-		if err := json.Compact(&compact, scoring); err != nil {
+		if len(e.Scoring) > 0 {
+			if err := json.Compact(&compact, e.Scoring); err != nil {
+				return nil, fmt.Errorf("%s: scoring: %w", name, err)
+			}
+		}
+		// Nothing scored yet: the suite's default scoring (this suite's,
+		// or the one of the config it had) narrowed to the kind's.
+		if compact.Len() == 0 {
+			compact.Write(s.Scoring())
+		}
+		var sc Scoring
+		if err := json.Unmarshal(compact.Bytes(), &sc); err != nil {
 			return nil, fmt.Errorf("%s: scoring: %w", name, err)
+		}
+		if sc.Kind == "" {
+			sc.Kind = kind
+			if kind == KindMCQ {
+				sc.OEQScorers, sc.Judge, sc.Prompt = nil, nil, ""
+			} else {
+				sc.MCQGraders = nil
+			}
+			b, _ := json.Marshal(sc)
+			compact.Reset()
+			compact.Write(b)
 		}
 		var pub Public
 		if e.Status == bench.Validated {
@@ -178,7 +196,7 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 			if err := json.Unmarshal([]byte(k.scoring), &sc); err != nil {
 				return nil, fmt.Errorf("suite %s: scoring %s: %w", s.name, k.scoring, err)
 			}
-			b.Judge = &sc.Judge
+			b.Judge = sc.Judge
 		}
 		for _, a := range rows[k] {
 			r := a.row

@@ -19,9 +19,10 @@
 // (the gateway) against the gold answer's atomic facts, asking for the
 // top log-probabilities, and scored under both of heureka's OEQ scorers:
 // probability-weighted when the provider returned log-probabilities,
-// plain otherwise, each score saying which. Boards are one per question
-// kind, grader (or OEQ scorer) and scoring (the judge, its settings and
-// the prompt's version): grader and judge versions never mix.
+// plain otherwise, each score saying which. A score's scoring is its
+// kind's (Scoring: an open-ended one names the judge, its settings and the
+// prompt's version). Boards are one per question kind, grader (or OEQ
+// scorer) and scoring: grader and judge versions never mix.
 //
 // It owns the task file, the recipe, the scorer and the boards of the
 // family and holds no scoring rule of its own: those are heureka's. It
@@ -119,14 +120,19 @@ func (c *Config) check() error {
 }
 
 // Scoring is what a score depends on besides the agent and the question,
-// as entries carry it: the graders and scorers (every score holds all of
-// them; boards keep them apart), the judge and the prompt's version.
+// as entries carry it. A multiple-choice score depends on the graders
+// only; an open-ended one on the scorers, the judge and the prompt's
+// version: so a new judge starts new OEQ boards and leaves the MCQ boards
+// as they are. Every score holds all of its kind's graders or scorers;
+// boards keep them apart. The suite's default scoring (Suite.Scoring, for
+// units nothing is scored of yet) has no kind and names everything.
 type Scoring struct {
-	Family     string                `json:"family"`
-	MCQGraders []heureka.MCQGrader   `json:"mcq_graders"`
-	OEQScorers []heureka.OEQScorer   `json:"oeq_scorers"`
-	Judge      heureka.JudgeSettings `json:"judge"`
-	Prompt     string                `json:"prompt"`
+	Family     string                 `json:"family"`
+	Kind       string                 `json:"kind,omitempty"`
+	MCQGraders []heureka.MCQGrader    `json:"mcq_graders,omitempty"`
+	OEQScorers []heureka.OEQScorer    `json:"oeq_scorers,omitempty"`
+	Judge      *heureka.JudgeSettings `json:"judge,omitempty"`
+	Prompt     string                 `json:"prompt,omitempty"`
 }
 
 // Family is HeurekaBench.
@@ -300,21 +306,28 @@ func (s *Suite) Tasks() []bench.Task {
 // Variants is the one variant, "".
 func (s *Suite) Variants() []string { return []string{Variant} }
 
-func (s *Suite) scoring() Scoring {
-	return Scoring{Family: Name, MCQGraders: heureka.MCQGraders(), OEQScorers: heureka.OEQScorers(), Judge: s.cfg.Judge,
-		Prompt: PromptVersion}
+// scoring is the scoring of a kind's scores ("": the suite's default).
+func (s *Suite) scoring(kind string) Scoring {
+	sc := Scoring{Family: Name, Kind: kind}
+	if kind != KindOEQ {
+		sc.MCQGraders = heureka.MCQGraders()
+	}
+	if kind != KindMCQ {
+		judge := s.cfg.Judge
+		sc.OEQScorers, sc.Judge, sc.Prompt = heureka.OEQScorers(), &judge, PromptVersion
+	}
+	return sc
 }
 
 // Scorer names the scoring in one line.
 func (s *Suite) Scorer() string {
-	sc := s.scoring()
-	return fmt.Sprintf("heureka mcq %s, %s; oeq %s, %s judged by %s (%s)", sc.MCQGraders[0], sc.MCQGraders[1], sc.OEQScorers[0],
-		sc.OEQScorers[1], sc.Judge.Model, sc.Prompt)
+	g, o := heureka.MCQGraders(), heureka.OEQScorers()
+	return fmt.Sprintf("heureka mcq %s, %s; oeq %s, %s judged by %s (%s)", g[0], g[1], o[0], o[1], s.cfg.Judge.Model, PromptVersion)
 }
 
 // Scoring is the scoring as entries carry it.
 func (s *Suite) Scoring() json.RawMessage {
-	b, _ := json.Marshal(s.scoring())
+	b, _ := json.Marshal(s.scoring(""))
 	return b
 }
 

@@ -341,8 +341,14 @@ func TestBoards(t *testing.T) {
 	}
 	other := testConfig()
 	other.Judge.Model = "another-judge"
-	entries = append(entries, bench.Entry{Suite: "hb", Agent: "a", TaskID: "oeq-paperT-insight1-Question1", Run: 2, Status: bench.Pending,
-		Scoring: open(t, sample.MCQFile(), sample.OEQFile(), other).Scoring()})
+	// Units nothing is scored of yet: an MCQ under another judge's suite
+	// default counts on the MCQ boards (no judge there), an OEQ on a
+	// board of that judge; an OEQ under this suite's default on this one.
+	otherDefault := open(t, sample.MCQFile(), sample.OEQFile(), other).Scoring()
+	entries = append(entries,
+		bench.Entry{Suite: "hb", Agent: "a", TaskID: "oeq-paperT-insight1-Question1", Run: 2, Status: bench.Pending, Scoring: otherDefault},
+		bench.Entry{Suite: "hb", Agent: "a", TaskID: "mcq-paperT-insight1-Question1", Run: 2, Status: bench.Pending, Scoring: otherDefault},
+		bench.Entry{Suite: "hb", Agent: "a", TaskID: "oeq-paperT-insight2-Question1", Run: 2, Status: bench.Pending})
 	boards, err := s.Boards(entries)
 	if err != nil {
 		t.Fatal(err)
@@ -355,7 +361,7 @@ func TestBoards(t *testing.T) {
 		switch {
 		case fb.Grader == string(heureka.MCQPublished):
 			// Q1 {B, " D"} vs {B,D}: tp 1 fp 1 fn 1; Q2 exact; Q3 none.
-			if r.MCQ.Questions != 3 || r.MCQ.Correct != 1 || !near(r.MCQ.Accuracy, 1.0/3) || !near(r.MCQ.MacroPrecision, (0.5+1+0)/3) ||
+			if r.MCQ.Questions != 3 || r.MCQ.Correct != 1 || r.Pending != 1 || fb.Judge != nil || !near(r.MCQ.Accuracy, 1.0/3) || !near(r.MCQ.MacroPrecision, (0.5+1+0)/3) ||
 				!near(r.MCQ.MicroPrecision, 2.0/3) || !near(r.MCQ.MicroRecall, 2.0/4) {
 				t.Errorf("published: %+v", r.MCQ)
 			}
@@ -369,6 +375,9 @@ func TestBoards(t *testing.T) {
 				t.Errorf("another judge's board: %+v", r)
 			}
 		case fb.Grader == string(heureka.OEQPublished):
+			if r.Pending != 1 || r.Units != 3 {
+				t.Errorf("oeq published: units %d, pending %d", r.Units, r.Pending)
+			}
 			if !near(r.OEQ.Mean, (sample.WeightedRating()+2)/2) || r.OEQ.Mode != "mixed" || r.OEQ.Weighted != 1 || r.OEQ.Plain != 1 ||
 				r.Judge == nil || r.Judge.Calls != 2 {
 				t.Errorf("oeq published: %+v %+v", r.OEQ, r.Judge)

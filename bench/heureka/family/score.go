@@ -83,7 +83,7 @@ func (s *Suite) Score(ctx context.Context, in bench.ScoreInput) (bench.Score, er
 	if in.Output == nil {
 		return bench.Score{}, fmt.Errorf("question %s: no output reader", q.id)
 	}
-	v := Verdict{Public: Public{Kind: q.kind}, Scoring: s.scoring(), Outcome: in.Outcome}
+	v := Verdict{Public: Public{Kind: q.kind}, Scoring: s.scoring(q.kind), Outcome: in.Outcome}
 	final, err := in.Output(ctx, AnswerFile)
 	switch {
 	case errors.Is(err, bench.ErrNotReturned):
