@@ -307,3 +307,27 @@ func ValidatePipeline(stages []Stage) error {
 	}
 	return nil
 }
+
+// StatusCounts counts a board row's units by status; families embed it in
+// their rows.
+type StatusCounts struct {
+	Units        int `json:"units"`
+	Validated    int `json:"validated"`
+	Unvalidated  int `json:"unvalidated"`
+	Inconsistent int `json:"inconsistent"`
+	InfraFailed  int `json:"infra_failed"`
+	Pending      int `json:"pending"`
+}
+
+// Count counts one unit of status s; an unknown status is an error
+// naming it.
+func (c *StatusCounts) Count(s Status) error {
+	counter := map[Status]*int{Validated: &c.Validated, Unvalidated: &c.Unvalidated, Inconsistent: &c.Inconsistent,
+		InfraFailed: &c.InfraFailed, Pending: &c.Pending}[s]
+	if counter == nil {
+		return fmt.Errorf("unknown status %q", s)
+	}
+	c.Units++
+	*counter++
+	return nil
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/repronet/repronet/bench"
 	"github.com/repronet/repronet/bench/corebench"
 	"github.com/repronet/repronet/bench/corebench/hal"
 	"github.com/repronet/repronet/bench/corebench/leaderboard"
@@ -44,14 +45,15 @@ func otherBoards() []any {
 			Rows: []shellqa.Row{{Agent: "solver", Units: 4, Validated: 4, Correct: 3, Accuracy: 0.75}}},
 		pbfamily.Board{Family: pbfamily.Name, Suite: "pb", Variant: pbfamily.Full, Grader: paperbench.GraderReportFailed,
 			Judge: pbfamily.JudgeSettings{Model: "o3-mini", ReasoningEffort: "high"}, Scoring: json.RawMessage(`{}`),
-			Rows: []pbfamily.Row{{Agent: "honest", Score: 0.875, Papers: map[string]float64{"toy": 0.875}, Validated: 1, Units: 1,
-				Judge: pbfamily.JudgeUse{Calls: 14, CostUSD: &cost}}}},
+			Rows: []pbfamily.Row{{Agent: "honest", Score: 0.875, Papers: map[string]float64{"toy": 0.875},
+				StatusCounts: bench.StatusCounts{Validated: 1, Units: 1},
+				Judge:        pbfamily.JudgeUse{Calls: 14, CostUSD: &cost}}}},
 		hfamily.Board{Family: hfamily.Name, Suite: "hb", Kind: hfamily.KindMCQ, Grader: string(heureka.MCQTrimmed), Scoring: json.RawMessage(`{}`),
-			Rows: []hfamily.Row{{Agent: "analyst", Units: 3, Validated: 3, MCQ: &hfamily.MCQRow{Questions: 3, Answered: 2, Correct: 2,
+			Rows: []hfamily.Row{{Agent: "analyst", StatusCounts: bench.StatusCounts{Units: 3, Validated: 3}, MCQ: &hfamily.MCQRow{Questions: 3, Answered: 2, Correct: 2,
 				Accuracy: 2.0 / 3, MicroPrecision: 1}}}},
 		hfamily.Board{Family: hfamily.Name, Suite: "hb", Kind: hfamily.KindOEQ, Grader: string(heureka.OEQPublished), Scoring: json.RawMessage(`{}`),
 			Judge: &heureka.JudgeSettings{Model: "gpt-4o", TopP: 1, MaxTokens: 1000, TopLogprobs: 3},
-			Rows: []hfamily.Row{{Agent: "analyst", Units: 2, Validated: 2, OEQ: &hfamily.OEQRow{Questions: 2, Mean: 3.02, Weighted: 1, Plain: 1, Mode: "mixed"},
+			Rows: []hfamily.Row{{Agent: "analyst", StatusCounts: bench.StatusCounts{Units: 2, Validated: 2}, OEQ: &hfamily.OEQRow{Questions: 2, Mean: 3.02, Weighted: 1, Plain: 1, Mode: "mixed"},
 				Judge: &hfamily.JudgeUse{Calls: 2, CostUSD: &cost}}}},
 		map[string]any{"family": "bixbench", "suite": "bx", "rows": []any{}},
 	}

@@ -33,17 +33,12 @@ type Board struct {
 type Row struct {
 	Agent string `json:"agent"`
 	Model string `json:"model,omitempty"`
-	// Units are the agent's runs of questions, by status; only validated
-	// ones are scored.
-	Units        int       `json:"units"`
-	Validated    int       `json:"validated"`
-	Unvalidated  int       `json:"unvalidated"`
-	Inconsistent int       `json:"inconsistent"`
-	InfraFailed  int       `json:"infra_failed"`
-	Pending      int       `json:"pending"`
-	MCQ          *MCQRow   `json:"mcq,omitempty"`
-	OEQ          *OEQRow   `json:"oeq,omitempty"`
-	Judge        *JudgeUse `json:"judge,omitempty"`
+	// StatusCounts are the agent's runs of questions, by status; only
+	// validated ones are scored.
+	bench.StatusCounts
+	MCQ   *MCQRow   `json:"mcq,omitempty"`
+	OEQ   *OEQRow   `json:"oeq,omitempty"`
+	Judge *JudgeUse `json:"judge,omitempty"`
 	// AgentCostUSD is the agent's model cost of the validated units, when
 	// metered.
 	AgentCostUSD *float64 `json:"agent_cost_usd,omitempty"`
@@ -151,10 +146,10 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 				rows[k][e.Agent] = a
 			}
 			r := a.row
-			r.Units++
-			switch e.Status {
-			case bench.Validated:
-				r.Validated++
+			if err := r.Count(e.Status); err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			if e.Status == bench.Validated {
 				if err := a.add(pub, g); err != nil {
 					return nil, fmt.Errorf("%s: %w", name, err)
 				}
@@ -171,16 +166,6 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 					}
 					r.Judge.Add(*pub.Judge)
 				}
-			case bench.Unvalidated:
-				r.Unvalidated++
-			case bench.Inconsistent:
-				r.Inconsistent++
-			case bench.InfraFailed:
-				r.InfraFailed++
-			case bench.Pending:
-				r.Pending++
-			default:
-				return nil, fmt.Errorf("%s: unknown status %q", name, e.Status)
 			}
 		}
 	}

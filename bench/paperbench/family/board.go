@@ -36,14 +36,9 @@ type Board struct {
 type Row struct {
 	Agent string `json:"agent"`
 	Model string `json:"model,omitempty"`
-	// Units are the agent's runs of papers, by status; only validated
-	// ones are scored.
-	Units        int `json:"units"`
-	Validated    int `json:"validated"`
-	Unvalidated  int `json:"unvalidated"`
-	Inconsistent int `json:"inconsistent"`
-	InfraFailed  int `json:"infra_failed"`
-	Pending      int `json:"pending"`
+	// StatusCounts are the agent's runs of papers, by status; only
+	// validated ones are scored.
+	bench.StatusCounts
 	// Score is the benchmark's: the mean over papers of each paper's mean
 	// score over its validated runs. Papers holds those means by paper.
 	Score  float64            `json:"score"`
@@ -142,14 +137,14 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 				rows[k][e.Agent] = a
 			}
 			r := a.row
-			r.Units++
-			switch e.Status {
-			case bench.Validated:
+			if err := r.Count(e.Status); err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			if e.Status == bench.Validated {
 				gs := slices.IndexFunc(pub.Scores, func(x GraderScore) bool { return x.Grader == g })
 				if gs < 0 {
 					return nil, fmt.Errorf("%s: no score under %s", name, g)
 				}
-				r.Validated++
 				a.papers[e.TaskID] = append(a.papers[e.TaskID], pub.Scores[gs].Score)
 				r.FailedLeaves += pub.Scores[gs].Failed
 				r.Leaves += pub.Leaves
@@ -176,16 +171,6 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 				}
 				r.Judge.Add(pub.Judge)
 				a.agree.Add(pub.Agreement)
-			case bench.Unvalidated:
-				r.Unvalidated++
-			case bench.Inconsistent:
-				r.Inconsistent++
-			case bench.InfraFailed:
-				r.InfraFailed++
-			case bench.Pending:
-				r.Pending++
-			default:
-				return nil, fmt.Errorf("%s: unknown status %q", name, e.Status)
 			}
 		}
 	}
