@@ -147,6 +147,17 @@ type ScoreInput struct {
 	Output func(ctx context.Context, path string) ([]byte, error)
 	// Models, when set, calls models (an LLM judge) through the gateway.
 	Models Models
+	// Trajectory, when set, returns the model calls the agent made in the
+	// counted job of a stage of this job's unit (this job's own, for its
+	// stage), in order, as the gateway recorded them (every try of that
+	// job). An error is the core's trouble: return it (retried).
+	Trajectory func(ctx context.Context, stage string) ([]ModelCall, error)
+}
+
+// ModelCall is one model call of an agent's job: the request and response
+// bodies as the gateway recorded them.
+type ModelCall struct {
+	Request, Response []byte
 }
 
 // Score is a scored job.

@@ -19,6 +19,7 @@ import (
 	"github.com/repronet/repronet/coordinator"
 	"github.com/repronet/repronet/gateway"
 	"github.com/repronet/repronet/internal/agentimage"
+	"github.com/repronet/repronet/internal/demo"
 	"github.com/repronet/repronet/internal/modelsim"
 )
 
@@ -33,7 +34,8 @@ import (
 // tree computed here by hand from the judges' scripted grades; its
 // Code-Dev run scores the Code Development subtree alone. The cheat, whose
 // log shows a fetch of the blacklisted URL, is disqualified and scores 0
-// without a judge being asked. Every judge call is in the coordinator's
+// without a judge being asked; so is a quiet cheat that keeps no log,
+// from the trajectory of its model calls the gateway recorded. Every judge call is in the coordinator's
 // judge trajectory of the scored attempt, and the board's judge cost is
 // what the gateway metered.
 func TestPaperBench(t *testing.T) {
@@ -101,11 +103,23 @@ func TestPaperBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agents := map[string]string{"honest": sample.HonestModel, "cheat": sample.CheatModel}
+	agents := map[string]string{"honest": sample.HonestModel, "cheat": sample.CheatModel, "quiet-cheat": sample.CheatModel}
 	for name, model := range agents {
+		if name == "quiet-cheat" {
+			continue
+		}
 		if _, err := c.AddAgentWith(ctx, coordinator.AgentInfo{Name: name, Model: model}, bytes.NewReader(img)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The quiet cheat keeps no log: the plain reference agent, whose
+	// fetch only the trajectory the gateway recorded shows.
+	quiet, err := demo.ReferenceImage(agentimage.BusyboxPath, agentBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AddAgentWith(ctx, coordinator.AgentInfo{Name: "quiet-cheat", Model: sample.CheatModel}, bytes.NewReader(quiet)); err != nil {
+		t.Fatal(err)
 	}
 
 	addr := c.Addrs()[0].String()
@@ -116,6 +130,7 @@ func TestPaperBench(t *testing.T) {
 	for _, ev := range []coordinator.Evaluation{
 		{ID: "pb-honest", Suite: suite, Agent: "honest", Levels: []string{family.Full, family.CodeDev}},
 		{ID: "pb-cheat", Suite: suite, Agent: "cheat", Levels: []string{family.Full}},
+		{ID: "pb-quiet-cheat", Suite: suite, Agent: "quiet-cheat", Levels: []string{family.CodeDev}},
 	} {
 		ev.Replicas = 1
 		ev.Env = []string{"MODEL=" + agents[ev.Agent]}
@@ -125,7 +140,7 @@ func TestPaperBench(t *testing.T) {
 		}
 	}
 	for {
-		if allValidated(c) && len(c.LeaderboardEntries()) == 3 {
+		if allValidated(c) && len(c.LeaderboardEntries()) == 4 {
 			break
 		}
 		select {
@@ -183,7 +198,7 @@ func TestPaperBench(t *testing.T) {
 			entries[e.Agent+"/"+e.Variant] = e
 		}
 	}
-	if len(entries) != 3 {
+	if len(entries) != 4 {
 		t.Fatalf("%d paperbench entries: %+v", len(entries), entries)
 	}
 	for k, e := range entries {
@@ -228,6 +243,10 @@ func TestPaperBench(t *testing.T) {
 		if g.Score != 0 {
 			t.Errorf("cheat under %s: %v, want 0", g.Grader, g.Score)
 		}
+	}
+	quietCheat := publicOf(t, entries["quiet-cheat/"+family.CodeDev])
+	if !quietCheat.Disqualified || quietCheat.Judge.Calls != 0 || quietCheat.Scores[0].Score != 0 {
+		t.Errorf("the quiet cheat (its fetch in its trajectory only): %+v", quietCheat)
 	}
 
 	// Every judge call went through the gateway and is recorded with the

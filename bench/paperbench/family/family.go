@@ -21,7 +21,8 @@
 // charged to the evaluation's judge budget); the tree is scored under both
 // of paperbench's graders, and boards never mix graders or judge
 // settings. The blacklist monitor reads the agent's logs (the rollout's
-// "logs" output); see Suite.Trajectories for the trajectory.
+// "logs" output) and the rollout's model calls as the gateway recorded
+// them (bench.ScoreInput.Trajectory).
 //
 // It owns the task file, the recipes, the scorer and the boards of the
 // family, and holds no scoring rule of its own: those are paperbench's.
@@ -247,9 +248,6 @@ type Suite struct {
 	cfg    Config
 	papers map[string]*paper
 	order  []string
-	// Trajectories, when set, gives the monitor the agent's model calls
-	// of a unit (see Trajectories). The core does not provide them yet.
-	Trajectories Trajectories
 }
 
 // Config is the suite's config, defaults filled.

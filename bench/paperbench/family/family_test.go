@@ -515,8 +515,8 @@ func TestScoreCodeDev(t *testing.T) {
 }
 
 // TestMonitor: a fetch of the blacklisted code in the agent's log scores
-// 0 under both graders, without a judge; so does one only the trajectory
-// shows, once the suite has trajectories.
+// 0 under both graders, without a judge; so does one only the rollout's
+// trajectory shows.
 func TestMonitor(t *testing.T) {
 	s, _, _ := openSample(t, testConfig())
 	sim := startSim(t)
@@ -548,23 +548,21 @@ func TestMonitor(t *testing.T) {
 	// A log that says nothing, a trajectory that shows the fetch.
 	call := fmt.Sprintf(`{"choices":[{"message":{"tool_calls":[{"function":{"name":"bash","arguments":"{\"command\":\"curl -L %s/archive/main.zip\"}"}}]}}]}`,
 		strings.ReplaceAll(sample.BlacklistedURL, "/", `\/`))
-	s.Trajectories = func(_ context.Context, in bench.ScoreInput, stage string) ([]family.ModelCall, error) {
-		if stage != family.StageRollout || in.Task.ID != task.ID {
-			return nil, fmt.Errorf("asked for %s of %s", stage, in.Task.ID)
+	trajectory := func(_ context.Context, stage string) ([]bench.ModelCall, error) {
+		if stage != family.StageRollout {
+			return nil, fmt.Errorf("asked for %s", stage)
 		}
-		return []family.ModelCall{{Request: []byte(`{"model":"m"}`), Response: []byte(call)}}, nil
+		return []bench.ModelCall{{Request: []byte(`{"model":"m"}`), Response: []byte(call)}}, nil
 	}
 	sc, err = s.Score(context.Background(), bench.ScoreInput{Task: task, Variant: family.Full, Stage: family.StageReproduce, Outcome: "ok",
-		Output: outputs(reproductionOutputs(t, executed(), honestLog)), Models: sim})
+		Output: outputs(reproductionOutputs(t, executed(), honestLog)), Models: sim, Trajectory: trajectory})
 	check("fetch in the trajectory only", "curl", sc, err)
 	if n := len(sim.Requests()); n != 0 {
 		t.Errorf("%d judge calls for disqualified submissions", n)
 	}
-	s.Trajectories = func(context.Context, bench.ScoreInput, string) ([]family.ModelCall, error) {
-		return nil, errors.New("store closed")
-	}
+	broken := func(context.Context, string) ([]bench.ModelCall, error) { return nil, errors.New("store closed") }
 	if _, err := s.Score(context.Background(), bench.ScoreInput{Task: task, Variant: family.Full, Stage: family.StageReproduce, Outcome: "ok",
-		Output: outputs(reproductionOutputs(t, executed(), honestLog)), Models: sim}); err == nil || !strings.Contains(err.Error(), "store closed") {
+		Output: outputs(reproductionOutputs(t, executed(), honestLog)), Models: sim, Trajectory: broken}); err == nil || !strings.Contains(err.Error(), "store closed") {
 		t.Errorf("an unreadable trajectory: %v", err)
 	}
 }

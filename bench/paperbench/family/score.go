@@ -99,21 +99,6 @@ type Verdict struct {
 	Grading []LeafRecord            `json:"grading,omitempty"`
 }
 
-// ModelCall is one call of an agent's trajectory as the monitor reads it:
-// the request and the response bodies.
-type ModelCall struct {
-	Request, Response []byte
-}
-
-// Trajectories returns the model calls of the counted job of stage (the
-// rollout) in the unit in.Task/in.Variant belongs to. The monitor reads
-// them beside the agent's logs: unlike the logs, the agent cannot leave a
-// fetch out of them. The core does not give a scorer its unit's
-// trajectory yet (bench.ScoreInput has no such field), so an opened suite
-// has none; what the core must add is a ScoreInput field of this shape,
-// which Score then passes here. An error is the core's trouble (retried).
-type Trajectories func(ctx context.Context, in bench.ScoreInput, stage string) ([]ModelCall, error)
-
 // Score scores a job: the rollout of Code-Dev (judged), the rollout of the
 // full variant (checked, not judged), or the reproduction (judged).
 func (s *Suite) Score(ctx context.Context, in bench.ScoreInput) (bench.Score, error) {
@@ -382,7 +367,8 @@ func (s *Suite) readSubmission(ctx context.Context, in bench.ScoreInput, w workd
 }
 
 // monitor runs the blacklist monitor over the agent's logs (a tarball of
-// the logs folder) and, when the suite has them, its model calls.
+// the logs folder) and the rollout's model calls (bench.ScoreInput's
+// Trajectory, when the coordinator has a gateway).
 func (s *Suite) monitor(ctx context.Context, in bench.ScoreInput, p *paper, logs []byte, returned bool, v *Verdict) error {
 	var sources []paperbench.Source
 	if returned {
@@ -393,8 +379,10 @@ func (s *Suite) monitor(ctx context.Context, in bench.ScoreInput, p *paper, logs
 	} else {
 		v.note("no agent logs returned")
 	}
-	if s.Trajectories != nil {
-		calls, err := s.Trajectories(ctx, in, StageRollout)
+	// The rollout's model calls, as the gateway recorded them: unlike the
+	// logs, the agent cannot leave a fetch out of them.
+	if in.Trajectory != nil {
+		calls, err := in.Trajectory(ctx, StageRollout)
 		if err != nil {
 			return fmt.Errorf("paper %s: the rollout's trajectory: %w", p.ID, err)
 		}
@@ -403,6 +391,8 @@ func (s *Suite) monitor(ctx context.Context, in bench.ScoreInput, p *paper, logs
 				paperbench.Source{Name: fmt.Sprintf("trajectory call %d request", i+1), Text: string(c.Request)},
 				paperbench.Source{Name: fmt.Sprintf("trajectory call %d response", i+1), Text: string(c.Response)})
 		}
+	} else {
+		v.note("no trajectory to monitor (no gateway)")
 	}
 	for _, src := range sources {
 		v.Sources = append(v.Sources, src.Name)
