@@ -147,6 +147,17 @@ type ScoreInput struct {
 	Output func(ctx context.Context, path string) ([]byte, error)
 	// Models, when set, calls models (an LLM judge) through the gateway.
 	Models Models
+	// Trajectory, when set, returns the model calls the agent made in the
+	// counted job of a stage of this job's unit (this job's own, for its
+	// stage), in order, as the gateway recorded them (every try of that
+	// job). An error is the core's trouble: return it (retried).
+	Trajectory func(ctx context.Context, stage string) ([]ModelCall, error)
+}
+
+// ModelCall is one model call of an agent's job: the request and response
+// bodies as the gateway recorded them.
+type ModelCall struct {
+	Request, Response []byte
 }
 
 // Score is a scored job.
@@ -305,5 +316,29 @@ func ValidatePipeline(stages []Stage) error {
 			}
 		}
 	}
+	return nil
+}
+
+// StatusCounts counts a board row's units by status; families embed it in
+// their rows.
+type StatusCounts struct {
+	Units        int `json:"units"`
+	Validated    int `json:"validated"`
+	Unvalidated  int `json:"unvalidated"`
+	Inconsistent int `json:"inconsistent"`
+	InfraFailed  int `json:"infra_failed"`
+	Pending      int `json:"pending"`
+}
+
+// Count counts one unit of status s; an unknown status is an error
+// naming it.
+func (c *StatusCounts) Count(s Status) error {
+	counter := map[Status]*int{Validated: &c.Validated, Unvalidated: &c.Unvalidated, Inconsistent: &c.Inconsistent,
+		InfraFailed: &c.InfraFailed, Pending: &c.Pending}[s]
+	if counter == nil {
+		return fmt.Errorf("unknown status %q", s)
+	}
+	c.Units++
+	*counter++
 	return nil
 }

@@ -5,7 +5,9 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
+	"text/tabwriter"
 
 	"github.com/repronet/repronet/bench"
 )
@@ -111,4 +113,31 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 		out = append(out, b)
 	}
 	return out, nil
+}
+
+// WriteText writes boards as text tables, one after another.
+func WriteText(w io.Writer, boards []Board) error {
+	for i, b := range boards {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		var sc Scoring
+		if err := json.Unmarshal(b.Scoring, &sc); err != nil {
+			return fmt.Errorf("board %s/%s: scoring: %w", b.Suite, b.Variant, err)
+		}
+		fmt.Fprintf(w, "shellqa %s, %s variant, scorer %s\n", b.Suite, b.Variant, sc)
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "agent\tmodel\taccuracy\tcorrect/validated\tunits\tpending")
+		for _, r := range b.Rows {
+			model := r.Model
+			if model == "" {
+				model = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.1f%%\t%d/%d\t%d\t%d\n", r.Agent, model, 100*r.Accuracy, r.Correct, r.Validated, r.Units, r.Pending)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,11 +11,15 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/repronet/repronet/bench/corebench/hal"
 	"github.com/repronet/repronet/bench/corebench/leaderboard"
+	hfamily "github.com/repronet/repronet/bench/heureka/family"
+	pbfamily "github.com/repronet/repronet/bench/paperbench/family"
+	"github.com/repronet/repronet/bench/shellqa"
 )
 
 // Coordinator API paths the leaderboard command reads (public, read-only).
@@ -32,23 +37,26 @@ const (
 // leaderboardSource is what the leaderboard command needs from a
 // coordinator.
 type leaderboardSource interface {
-	Boards(ctx context.Context) ([]leaderboard.Board, error)
+	// Boards are the boards of every family as served: JSON objects, each
+	// naming its family (CORE-Bench's may not: older coordinators).
+	Boards(ctx context.Context) ([]json.RawMessage, error)
 	Entries(ctx context.Context) ([]leaderboard.Entry, error)
 	// HALTrajectories needs a token; nil, nil without one.
 	HALTrajectories(ctx context.Context, suite, level string) ([]hal.Trajectory, error)
 }
 
 func runLeaderboard(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("leaderboard", "leaderboard --api URL [--json | --hal DIR [--token-file F]] [--suite S] [--level L] [--grader G]", stderr)
+	fs := newFlags("leaderboard", "leaderboard --api URL [--json | --hal DIR [--token-file F]] [--family F] [--suite S] [--level L] [--grader G]", stderr)
 	api := fs.String("api", "http://127.0.0.1:8080", "base URL of the coordinator's HTTP API")
 	tokenFile := fs.String("token-file", "", "with --hal: file holding a submitter's or the admin's token (default: $REPRONET_TOKEN), "+
 		"to fill raw_logging_results, total_usage and latencies from the trajectories of the runs it may read")
-	asJSON := fs.Bool("json", false, "print the boards as JSON")
+	asJSON := fs.Bool("json", false, "print the boards as JSON (as the coordinator serves them, each naming its family)")
 	halDir := fs.String("hal", "", "write one HAL <run_id>_UPLOAD.json per agent, level and run into this folder")
 	runPrefix := fs.String("hal-run-prefix", "repronet_", "prefix of the run_id of --hal uploads")
+	family := fs.String("family", "", "only this family's boards (corebench, paperbench, heureka, shellqa, ...)")
 	suite := fs.String("suite", "", "only this suite")
-	level := fs.String("level", "", "only this level")
-	grader := fs.String("grader", "", "only this grader")
+	level := fs.String("level", "", "only this level, variant (paperbench: code-dev, full) or question kind (heureka: mcq, oeq)")
+	grader := fs.String("grader", "", "only this grader (heureka: MCQ grader or OEQ scorer)")
 	timeout := fs.Duration("timeout", 30*time.Second, "HTTP timeout")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -76,13 +84,13 @@ func runLeaderboard(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	return leaderboardCommand(ctx, src, leaderboardOptions{json: *asJSON, halDir: *halDir, runPrefix: *runPrefix,
-		suite: *suite, level: *level, grader: *grader}, stdout)
+		family: *family, suite: *suite, level: *level, grader: *grader}, stdout)
 }
 
 type leaderboardOptions struct {
-	json                 bool
-	halDir, runPrefix    string
-	suite, level, grader string
+	json                         bool
+	halDir, runPrefix            string
+	family, suite, level, grader string
 }
 
 func (o leaderboardOptions) keep(suite, level, grader string) bool {
@@ -133,25 +141,141 @@ func leaderboardCommand(ctx context.Context, src leaderboardSource, o leaderboar
 		}
 		return nil
 	}
-	boards, err := src.Boards(ctx)
+	raw, err := src.Boards(ctx)
 	if err != nil {
 		return err
 	}
-	var kept []leaderboard.Board
-	for _, b := range boards {
-		if o.keep(b.Suite, b.Level, b.Scoring.Grader) {
-			kept = append(kept, b)
-		}
+	boards, err := decodeBoards(raw)
+	if err != nil {
+		return err
 	}
+	kept := slices.DeleteFunc(boards, func(b familyBoard) bool {
+		return !(o.family == "" || o.family == b.family) || !o.keep(b.key.suite, b.key.level, b.key.grader)
+	})
 	if o.json {
+		out := make([]json.RawMessage, 0, len(kept))
+		for _, b := range kept {
+			out = append(out, b.raw)
+		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if kept == nil {
-			kept = []leaderboard.Board{}
-		}
-		return enc.Encode(kept)
+		return enc.Encode(out)
 	}
-	return leaderboard.WriteText(stdout, kept)
+	return writeBoardsText(stdout, kept)
+}
+
+// boardKey is what the filters match a board on.
+type boardKey struct{ suite, level, grader string }
+
+// familyBoard is one served board, decoded by its family when the command
+// knows it (value nil otherwise).
+type familyBoard struct {
+	family string
+	raw    json.RawMessage
+	key    boardKey
+	value  any
+}
+
+// boardText is how the command reads and prints one family's boards.
+type boardText struct {
+	decode func(json.RawMessage) (any, boardKey, error)
+	write  func(io.Writer, []any) error
+}
+
+// textFamily makes a boardText from a family's board type, its key and
+// its text writer.
+func textFamily[B any](key func(B) boardKey, write func(io.Writer, []B) error) boardText {
+	return boardText{
+		decode: func(raw json.RawMessage) (any, boardKey, error) {
+			var b B
+			if err := json.Unmarshal(raw, &b); err != nil {
+				return nil, boardKey{}, err
+			}
+			return b, key(b), nil
+		},
+		write: func(w io.Writer, boards []any) error {
+			bs := make([]B, 0, len(boards))
+			for _, b := range boards {
+				bs = append(bs, b.(B))
+			}
+			return write(w, bs)
+		},
+	}
+}
+
+// boardTexts are the families whose boards the command prints as text.
+var boardTexts = map[string]boardText{
+	"corebench": textFamily(func(b leaderboard.Board) boardKey { return boardKey{b.Suite, b.Level, b.Scoring.Grader} },
+		leaderboard.WriteText),
+	pbfamily.Name: textFamily(func(b pbfamily.Board) boardKey { return boardKey{b.Suite, b.Variant, string(b.Grader)} },
+		pbfamily.WriteText),
+	hfamily.Name: textFamily(func(b hfamily.Board) boardKey { return boardKey{b.Suite, b.Kind, b.Grader} }, hfamily.WriteText),
+	shellqa.Name: textFamily(func(b shellqa.Board) boardKey {
+		var sc shellqa.Scoring
+		_ = json.Unmarshal(b.Scoring, &sc)
+		return boardKey{b.Suite, b.Variant, sc.String()}
+	}, shellqa.WriteText),
+}
+
+// decodeBoards reads served boards by family; a board without a family is
+// CORE-Bench's (older coordinators), one of a family the command does not
+// know is kept whole for --json and named in the text.
+func decodeBoards(raw []json.RawMessage) ([]familyBoard, error) {
+	out := make([]familyBoard, 0, len(raw))
+	for i, r := range raw {
+		var head struct {
+			Family string `json:"family"`
+			Suite  string `json:"suite"`
+		}
+		if err := json.Unmarshal(r, &head); err != nil {
+			return nil, fmt.Errorf("board %d: %w", i, err)
+		}
+		b := familyBoard{family: cmp.Or(head.Family, "corebench"), raw: r, key: boardKey{suite: head.Suite}}
+		if t, ok := boardTexts[b.family]; ok {
+			v, k, err := t.decode(r)
+			if err != nil {
+				return nil, fmt.Errorf("board %d (%s): %w", i, b.family, err)
+			}
+			b.value, b.key = v, k
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// writeBoardsText prints boards family by family, in the order the
+// families first come, each with its family's text form.
+func writeBoardsText(w io.Writer, boards []familyBoard) error {
+	if len(boards) == 0 {
+		_, err := fmt.Fprintln(w, "no leaderboard yet: no graded attempt")
+		return err
+	}
+	var order []string
+	byFamily := map[string][]familyBoard{}
+	for _, b := range boards {
+		if _, seen := byFamily[b.family]; !seen {
+			order = append(order, b.family)
+		}
+		byFamily[b.family] = append(byFamily[b.family], b)
+	}
+	for i, f := range order {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		t, ok := boardTexts[f]
+		if !ok {
+			fmt.Fprintf(w, "%s: %d boards of a family this command cannot show as text (see --json)\n", f, len(byFamily[f]))
+			continue
+		}
+		values := make([]any, 0, len(byFamily[f]))
+		for _, b := range byFamily[f] {
+			values = append(values, b.value)
+		}
+		if err := t.write(w, values); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // apiClient talks to a coordinator's HTTP API.
@@ -221,32 +345,10 @@ func (c *apiClient) do(ctx context.Context, method, path string, body io.Reader,
 	return nil
 }
 
-// Boards returns the coordinator's CORE-Bench boards. Boards of other
-// families travel in the same list, each naming its family: they are left
-// out here (the API serves them whole).
-func (c *apiClient) Boards(ctx context.Context) ([]leaderboard.Board, error) {
+// Boards returns the coordinator's boards of every family as served.
+func (c *apiClient) Boards(ctx context.Context) ([]json.RawMessage, error) {
 	var raw []json.RawMessage
-	if err := c.do(ctx, http.MethodGet, leaderboardsPath, nil, "", &raw); err != nil {
-		return nil, err
-	}
-	var out []leaderboard.Board
-	for i, r := range raw {
-		var head struct {
-			Family string `json:"family"`
-		}
-		if err := json.Unmarshal(r, &head); err != nil {
-			return nil, fmt.Errorf("board %d: %w", i, err)
-		}
-		if head.Family != "" && head.Family != "corebench" {
-			continue
-		}
-		var b leaderboard.Board
-		if err := json.Unmarshal(r, &b); err != nil {
-			return nil, fmt.Errorf("board %d: %w", i, err)
-		}
-		out = append(out, b)
-	}
-	return out, nil
+	return raw, c.do(ctx, http.MethodGet, leaderboardsPath, nil, "", &raw)
 }
 
 func (c *apiClient) Entries(ctx context.Context) ([]leaderboard.Entry, error) {

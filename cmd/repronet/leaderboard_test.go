@@ -14,9 +14,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/repronet/repronet/bench"
 	"github.com/repronet/repronet/bench/corebench"
 	"github.com/repronet/repronet/bench/corebench/hal"
 	"github.com/repronet/repronet/bench/corebench/leaderboard"
+	"github.com/repronet/repronet/bench/heureka"
+	hfamily "github.com/repronet/repronet/bench/heureka/family"
+	"github.com/repronet/repronet/bench/paperbench"
+	pbfamily "github.com/repronet/repronet/bench/paperbench/family"
+	"github.com/repronet/repronet/bench/shellqa"
 	"github.com/repronet/repronet/coordinator"
 	"github.com/repronet/repronet/gateway"
 	"github.com/repronet/repronet/internal/halcheck"
@@ -35,13 +41,37 @@ func testEntries() []leaderboard.Entry {
 	return out
 }
 
+// otherBoards are boards of the other families, served before
+// CORE-Bench's: one of each known family, one of a family the command
+// does not know.
+func otherBoards() []any {
+	cost := 0.0123
+	return []any{
+		shellqa.Board{Family: shellqa.Name, Suite: "qa", Variant: shellqa.Plain, Scoring: json.RawMessage(`{"scorer":"shellqa","version":1}`),
+			Rows: []shellqa.Row{{Agent: "solver", Units: 4, Validated: 4, Correct: 3, Accuracy: 0.75}}},
+		pbfamily.Board{Family: pbfamily.Name, Suite: "pb", Variant: pbfamily.Full, Grader: paperbench.GraderReportFailed,
+			Judge: pbfamily.JudgeSettings{Model: "o3-mini", ReasoningEffort: "high"}, Scoring: json.RawMessage(`{}`),
+			Rows: []pbfamily.Row{{Agent: "honest", Score: 0.875, Papers: map[string]float64{"toy": 0.875},
+				StatusCounts: bench.StatusCounts{Validated: 1, Units: 1},
+				Judge:        pbfamily.JudgeUse{Calls: 14, CostUSD: &cost}}}},
+		hfamily.Board{Family: hfamily.Name, Suite: "hb", Kind: hfamily.KindMCQ, Grader: string(heureka.MCQTrimmed), Scoring: json.RawMessage(`{}`),
+			Rows: []hfamily.Row{{Agent: "analyst", StatusCounts: bench.StatusCounts{Units: 3, Validated: 3}, MCQ: &hfamily.MCQRow{Questions: 3, Answered: 2, Correct: 2,
+				Accuracy: 2.0 / 3, MicroPrecision: 1}}}},
+		hfamily.Board{Family: hfamily.Name, Suite: "hb", Kind: hfamily.KindOEQ, Grader: string(heureka.OEQPublished), Scoring: json.RawMessage(`{}`),
+			Judge: &heureka.JudgeSettings{Model: "gpt-4o", TopP: 1, MaxTokens: 1000, TopLogprobs: 3},
+			Rows: []hfamily.Row{{Agent: "analyst", StatusCounts: bench.StatusCounts{Units: 2, Validated: 2}, OEQ: &hfamily.OEQRow{Questions: 2, Mean: 3.02, Weighted: 1, Plain: 1, Mode: "mixed"},
+				Judge: &hfamily.JudgeUse{Calls: 2, CostUSD: &cost}}}},
+		map[string]any{"family": "bixbench", "suite": "bx", "rows": []any{}},
+	}
+}
+
 // fakeCoordinator serves the leaderboard API from entries.
 func fakeCoordinator(t *testing.T, entries []leaderboard.Entry) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+leaderboardsPath, func(w http.ResponseWriter, r *http.Request) {
 		boards, _ := leaderboard.Build(entries)
-		all := []any{map[string]any{"family": "shellqa", "suite": "qa", "level": "hard", "rows": []any{map[string]any{"agent": "x"}}}}
+		all := otherBoards()
 		for _, b := range boards {
 			all = append(all, b)
 		}
@@ -66,14 +96,39 @@ func TestLeaderboardCommand(t *testing.T) {
 			t.Errorf("no %q in\n%s", want, out.String())
 		}
 	}
+	// Every family's boards as text, each in its family's form.
+	for _, want := range []string{"shellqa qa, plain variant, scorer shellqa@1", "solver", "75.0%",
+		"paperbench pb, full variant, grader paperbench-report-failed@1", "judge o3-mini (reasoning high)", "87.5%", "$0.0123",
+		"heureka hb, mcq questions, heureka-mcq-trimmed@1", "66.7%", "heureka hb, oeq questions, heureka-oeq-published@1",
+		"judge gpt-4o (temperature 0, top_p 1, max 1000 tokens, top 3 log-probabilities)", "mixed (1 weighted, 1 plain, 0 unanswered)",
+		"bixbench: 1 boards of a family this command cannot show as text (see --json)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in\n%s", want, out.String())
+		}
+	}
 	out.Reset()
 	if err := runLeaderboard(context.Background(), []string{"--api", srv.URL, "--json", "--level", "hard"}, &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
-	// Another family's board (served beside them) is left out.
+	// Only the boards of that level; other families' have none of it.
 	var boards []leaderboard.Board
 	if err := json.Unmarshal(out.Bytes(), &boards); err != nil || len(boards) != 1 || boards[0].Level != "hard" || boards[0].Family != "corebench" {
 		t.Errorf("--json --level hard: %v %s", err, out.String())
+	}
+	// A family and a grader: heureka's trimmed MCQ board alone, as JSON.
+	out.Reset()
+	if err := runLeaderboard(context.Background(), []string{"--api", srv.URL, "--json", "--family", "heureka", "--grader", string(heureka.MCQTrimmed)},
+		&out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	var hb []hfamily.Board
+	if err := json.Unmarshal(out.Bytes(), &hb); err != nil || len(hb) != 1 || hb[0].Kind != hfamily.KindMCQ || hb[0].Rows[0].MCQ.Correct != 2 {
+		t.Errorf("--family heureka --grader trimmed: %v %s", err, out.String())
+	}
+	out.Reset()
+	if err := runLeaderboard(context.Background(), []string{"--api", srv.URL, "--family", "paperbench", "--level", "code-dev"}, &out, &errOut); err != nil ||
+		strings.TrimSpace(out.String()) != "no leaderboard yet: no graded attempt" {
+		t.Errorf("nothing kept: %v %q", err, out.String())
 	}
 	dir := t.TempDir()
 	out.Reset()

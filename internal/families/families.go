@@ -7,13 +7,15 @@ package families
 import (
 	"github.com/repronet/repronet/bench"
 	corebench "github.com/repronet/repronet/bench/corebench/family"
+	heureka "github.com/repronet/repronet/bench/heureka/family"
+	paperbench "github.com/repronet/repronet/bench/paperbench/family"
 	"github.com/repronet/repronet/bench/repro"
 	"github.com/repronet/repronet/bench/shellqa"
 )
 
 // Registry holds every family this build knows.
 func Registry() *bench.Registry {
-	r, err := bench.NewRegistry(corebench.New(), shellqa.New())
+	r, err := bench.NewRegistry(corebench.New(), shellqa.New(), paperbench.New(), heureka.New())
 	if err != nil {
 		panic(err) // the families above have distinct names: a programming error
 	}

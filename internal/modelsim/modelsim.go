@@ -22,6 +22,7 @@ package modelsim
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -106,6 +107,34 @@ func (s *Server) Close() error {
 	err := s.srv.Close()
 	<-s.done
 	return err
+}
+
+// Chat posts an OpenAI chat completions request body to a started server
+// over loopback and returns the response body; a status other than 200 is
+// an error quoting the body. It is the provider a test's judge calls
+// without a gateway (it has bench.Models' method).
+func (s *Server) Chat(ctx context.Context, body json.RawMessage) (json.RawMessage, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if s.opts.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+s.opts.APIKey)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("modelsim: %s: %s", resp.Status, b)
+	}
+	return b, nil
 }
 
 // SetScript replaces the script for the requests that follow.

@@ -472,3 +472,54 @@ func TestToolChoice(t *testing.T) {
 		}
 	}
 }
+
+// TestContentTokensAndNoLogprobs: a reply's scripted tokens are the
+// tokens sent (a rating digit alone, with its alternatives); tokens that do
+// not join to the content are refused; a reply without logprobs carries
+// none even when asked.
+func TestContentTokensAndNoLogprobs(t *testing.T) {
+	content := "<rating>4</rating>"
+	s := startSim(t, Script{Rules: []Rule{
+		{When: Cond{Model: "with"}, Reply: Reply{Content: content, ContentTokens: []string{"<rating>", "4", "</rating>"},
+			TopLogprobs: [][]Logprob{nil, {{Token: "4", Logprob: -0.2}, {Token: "3", Logprob: -1.8}}}}},
+		{When: Cond{Model: "without"}, Reply: Reply{Content: content, NoLogprobs: true}},
+		{When: Cond{Model: "bad"}, Reply: Reply{Content: content, ContentTokens: []string{"<rating>4"}}},
+	}}, Options{})
+	ask := func(model string) (int, []byte) {
+		resp := post(t, s, "/v1/chat/completions", "", map[string]any{"model": model, "logprobs": true, "top_logprobs": 2,
+			"messages": []any{map[string]any{"role": "user", "content": "rate"}}})
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	type tokens struct {
+		Choices []struct {
+			Logprobs *struct {
+				Content []struct {
+					Token       string
+					TopLogprobs []struct {
+						Token   string
+						Logprob float64
+					} `json:"top_logprobs"`
+				}
+			}
+		}
+	}
+	code, b := ask("with")
+	var got tokens
+	if err := json.Unmarshal(b, &got); err != nil || code != http.StatusOK {
+		t.Fatalf("%d %s: %v", code, b, err)
+	}
+	lp := got.Choices[0].Logprobs
+	if lp == nil || len(lp.Content) != 3 || lp.Content[1].Token != "4" || len(lp.Content[1].TopLogprobs) != 2 ||
+		lp.Content[1].TopLogprobs[1].Token != "3" || lp.Content[1].TopLogprobs[1].Logprob != -1.8 {
+		t.Fatalf("scripted tokens: %s", b)
+	}
+	code, b = ask("without")
+	got = tokens{}
+	if err := json.Unmarshal(b, &got); err != nil || code != http.StatusOK || got.Choices[0].Logprobs != nil {
+		t.Fatalf("a reply without logprobs: %d %s", code, b)
+	}
+	if code, b = ask("bad"); code != http.StatusInternalServerError || !strings.Contains(string(b), "do not join") {
+		t.Fatalf("tokens that do not join: %d %s", code, b)
+	}
+}

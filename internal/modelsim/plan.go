@@ -3,6 +3,7 @@ package modelsim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -64,6 +65,9 @@ func (p plan) sent() int64 {
 // makes none when the request's tool choice is "none".
 func planReply(r Reply, req Request) plan {
 	p := plan{content: Tokens(r.Content), report: !r.DropUsage}
+	if r.ContentTokens != nil { // Match checked that they join to Content
+		p.content = slices.Clone(r.ContentTokens)
+	}
 	limit := int64(math.MaxInt64)
 	if req.MaxTokens > 0 && !r.IgnoreMaxTokens {
 		limit = req.MaxTokens

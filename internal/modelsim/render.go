@@ -114,7 +114,7 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, ctx context.Context, req Req
 			msg.ToolCalls = append(msg.ToolCalls, oaToolCall{ID: c.ID, Type: "function", Function: oaFunction{Name: c.Name, Arguments: c.Arguments}})
 		}
 		ch := oaChoice{Message: msg, FinishReason: ptr(p.finishOpenAI())}
-		if req.Logprobs {
+		if req.Logprobs && !reply.NoLogprobs {
 			ch.Logprobs = &oaLogprobs{Content: []oaTokenLogprob{}}
 			for i, t := range p.content {
 				ch.Logprobs.Content = append(ch.Logprobs.Content, reply.openAILogprob(i, t, req.TopLogprobs))
@@ -147,7 +147,7 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, ctx context.Context, req Req
 			return
 		}
 		ch := oaChoice{Delta: &oaMessage{Content: ptr(t)}}
-		if req.Logprobs {
+		if req.Logprobs && !reply.NoLogprobs {
 			ch.Logprobs = &oaLogprobs{Content: []oaTokenLogprob{reply.openAILogprob(i, t, req.TopLogprobs)}}
 		}
 		chunk(ch)

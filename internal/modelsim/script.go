@@ -66,6 +66,13 @@ type Reply struct {
 	// of them).
 	FirstTokenDelay time.Duration `json:"first_token_delay,omitempty"`
 	TokenDelay      time.Duration `json:"token_delay,omitempty"`
+	// ContentTokens, when set, is how Content is cut into tokens (they
+	// must join to Content), instead of Tokens: a judge's rating digit as
+	// a token of its own, as real tokenizers give it.
+	ContentTokens []string `json:"content_tokens,omitempty"`
+	// NoLogprobs ignores a request for logprobs, as providers without
+	// them do: the reply carries none.
+	NoLogprobs bool `json:"no_logprobs,omitempty"`
 	// TopLogprobs are the alternatives reported for each content token
 	// when the request asks for logprobs (OpenAI only), by position; a
 	// position without an entry gets generated alternatives.
@@ -152,11 +159,11 @@ type Request struct {
 func (s Script) Match(req Request) (Reply, error) {
 	for _, r := range s.Rules {
 		if r.When.Holds(req) {
-			return r.Reply, nil
+			return r.Reply, r.Reply.check()
 		}
 	}
 	if s.Default != nil {
-		return *s.Default, nil
+		return *s.Default, s.Default.check()
 	}
 	last := "none"
 	if n := len(req.Messages); n > 0 {
@@ -165,6 +172,14 @@ func (s Script) Match(req Request) (Reply, error) {
 	}
 	return Reply{}, fmt.Errorf("modelsim: no rule matches reply %d of a %s conversation (model %q, last message %s)",
 		req.Turn(), req.API, req.Model, last)
+}
+
+// check refuses a reply the server cannot send as scripted.
+func (r Reply) check() error {
+	if r.ContentTokens != nil && strings.Join(r.ContentTokens, "") != r.Content {
+		return fmt.Errorf("modelsim: content_tokens %q do not join to the content %q", r.ContentTokens, clip(r.Content, 80))
+	}
+	return nil
 }
 
 // Turn is which reply of its conversation req asks for, from 1.
