@@ -31,7 +31,7 @@ func TestStatus(t *testing.T) {
 		n.credit(ctx, env)
 	}
 	n.credit(ctx, []byte("not an envelope")) // ignored
-	n.egressRefused.Add(3) // as the proxy counts refusals
+	n.egressRefused.Add(3)                   // as the proxy counts refusals
 	st := n.Status(ctx)
 	if len(st.Running) != 1 {
 		t.Fatalf("running %+v", st.Running)
