@@ -42,6 +42,13 @@ func (c *Coordinator) bindToTrajectory(ctx context.Context, a core.Attempt) (str
 		}
 		return "", nil
 	}
+	return bindReason(a.ID, signed, calls, c.answersOf(ctx, a)), nil
+}
+
+// answersOf reads an attempt's answers neutrally: the top-level fields of
+// every returned output that is a JSON object (CORE-Bench's report.json),
+// named path#field.
+func (c *Coordinator) answersOf(ctx context.Context, a core.Attempt) []verify.Answer {
 	var answers []verify.Answer
 	for _, o := range a.Outputs {
 		if o.CID == "" {
@@ -59,7 +66,69 @@ func (c *Coordinator) bindToTrajectory(ctx context.Context, a core.Attempt) (str
 			answers = append(answers, verify.Answer{Name: o.Path + "#" + k, Value: fields[k]})
 		}
 	}
-	return bindReason(a.ID, signed, calls, answers), nil
+	return answers
+}
+
+// judgePrefix names a judging job in the scoring queue.
+const judgePrefix = "judge:"
+
+// judge judges an attempt's reported replays (core.JudgeJob), outside
+// the lock: each replay's trajectory (its counted assignment's calls) is
+// compared with the recorded one, tool result by tool result, classed
+// with the attempt's answers (verify.Judge). It reports false when there
+// is nothing to judge (the attempt is gone or judged already).
+func (c *Coordinator) judge(ctx context.Context, id string) (core.Judged, bool) {
+	c.mu.Lock()
+	a, ok := c.state.Attempt(id)
+	var reps []core.Attempt
+	leases := map[string]string{}
+	if ok && a.Verification != nil {
+		leases[a.ID] = c.state.LeaseOf(a.ID, a.ReportedBy)
+		for _, rid := range a.Verification.Replays {
+			if r, ok := c.state.Attempt(rid); ok && (r.State == core.StateReported || r.State == core.StateDone) {
+				reps = append(reps, r)
+				leases[r.ID] = c.state.LeaseOf(r.ID, r.ReportedBy)
+			}
+		}
+	}
+	tol := c.state.Config().Verify.Tolerance
+	c.mu.Unlock()
+	if !ok || a.Verification == nil || a.Verification.State != core.VerifyPending || len(reps) == 0 {
+		return core.Judged{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ScoreTimeout)
+	defer cancel()
+	ev := core.Judged{Attempt: id}
+	recorded, err := c.leaseExchanges(ctx, a.ID, leases[a.ID])
+	var replays [][]verify.Exchange
+	for _, r := range reps {
+		ev.Replays = append(ev.Replays, r.ID)
+		if err == nil {
+			var ex []verify.Exchange
+			ex, err = c.leaseExchanges(ctx, r.ID, leases[r.ID])
+			replays = append(replays, ex)
+		}
+	}
+	if err != nil {
+		ev.Err = err.Error()
+		return ev, true
+	}
+	ev.Judgement = verify.Judge(recorded, replays, c.answersOf(ctx, a), tol)
+	ev.Judgement.Comparisons = nil // what the core keeps is the verdict
+	return ev, true
+}
+
+// leaseExchanges are the recorded exchanges of one assignment (lease) of
+// an attempt (every call when lease is "").
+func (c *Coordinator) leaseExchanges(ctx context.Context, attempt, lease string) ([]verify.Exchange, error) {
+	calls, err := c.Trajectory(ctx, attempt)
+	if err != nil {
+		return nil, fmt.Errorf("trajectory of %s: %w", attempt, err)
+	}
+	if lease != "" {
+		calls = slices.DeleteFunc(calls, func(cl gateway.TrajectoryCall) bool { return cl.Lease != lease })
+	}
+	return gateway.Exchanges(calls), nil
 }
 
 // bindReason is the pure part of bindToTrajectory.

@@ -67,6 +67,8 @@ func (s *State) scored(e Scored) {
 	s.persistBookNode(a.ReportedBy)
 	s.persistAttempt(a)
 	s.applyEffects(eff, a.Unit)
+	s.verifyScored(a, e.Unbound)
+	s.persistAttempt(a)
 	s.wake()
 }
 
