@@ -350,6 +350,9 @@ func (s *State) unitEntry(t *Attempt, work string, scoring json.RawMessage, mode
 			}
 		}
 	}
+	if from != nil && from.Verification != nil {
+		e.Verification = from.Verification.State
+	}
 	if from != nil && from.Model != nil {
 		cost := from.Model.CostUSD
 		e.CostUSD, e.InputTokens, e.OutputTokens = &cost, from.Model.InputTokens, from.Model.OutputTokens

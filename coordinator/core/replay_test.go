@@ -347,3 +347,86 @@ func TestStepReplayUndeliverable(t *testing.T) {
 		t.Fatal("the recorder is penalised for a replay that could not run")
 	}
 }
+
+// TestStepRunsAreSamples: runs of a model-driven agent are samples, one
+// replica each, whatever the node's trust; a deterministic or
+// model-free agent's runs are replicated to a quorum as before. A forged
+// run is run again once, not raised to a quorum.
+func TestStepRunsAreSamples(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		agent   AgentInfo
+		models  []string
+		samples bool
+	}{
+		{"evaluation names models", AgentInfo{CID: "bafyllm"}, []string{"m"}, true},
+		{"agent declares a model", AgentInfo{CID: "bafyllm", Model: "m"}, nil, true},
+		{"no model", AgentInfo{CID: "bafyllm"}, nil, false},
+		{"deterministic", AgentInfo{CID: "bafyllm", Model: "m", Deterministic: true}, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.cat.agents["llm"] = tc.agent
+			for _, n := range []string{"n1", "n2", "n3", "n4"} {
+				h.announce(n, "op-"+n, 2)
+			}
+			r := h.evaluate(Evaluation{Suite: "one", Agent: "llm", Levels: []string{"easy"}, Runs: 3, Models: tc.models})
+			if r.Attempts != 3 {
+				t.Fatalf("%d attempts queued, want one per run", r.Attempts)
+			}
+			for _, a := range h.s.Attempts {
+				w := h.s.Book.Attempts[a.Unit]
+				if w.Work.Samples != tc.samples || tc.samples && w.Target != 1 {
+					t.Fatalf("unit %s: samples %v target %d, want samples %v", a.Unit, w.Work.Samples, w.Target, tc.samples)
+				}
+			}
+			fx := h.tick()
+			replicas := 0
+			for _, o := range fx.Offers {
+				h.accept(o)
+			}
+			for _, id := range h.s.Queue {
+				if h.s.Attempts[id].Kind != KindReplay {
+					replicas++
+				}
+			}
+			// A new node is never trusted: model-free runs need a quorum.
+			if tc.samples != (replicas == 0) {
+				t.Fatalf("%d more replicas queued after placement (samples %v): %s", replicas, tc.samples, h.states())
+			}
+			if !tc.samples {
+				return
+			}
+			for _, o := range fx.Offers {
+				h.reportModel(o.Attempt, o.Node)
+				h.score(o.Attempt, true)
+			}
+			es := h.s.Entries()
+			if len(es) != 3 {
+				t.Fatalf("entries %+v", es)
+			}
+			for _, e := range es {
+				if e.Status != bench.Validated || e.Verification != VerifyPending {
+					t.Fatalf("a sampled run's entry %+v, want validated alone, its replay pending", e)
+				}
+			}
+			// A forgery found in one run: its node is quarantined and that
+			// run (and its other unvalidated ones) run again, once each.
+			first := fx.Offers[0]
+			a := h.s.Attempts[first.Attempt]
+			rep := h.queuedReplay(a.ID)
+			other := "n4"
+			if first.Node == "n4" {
+				other = "n3"
+			}
+			h.runOn(rep.ID, other)
+			h.step(Judged{Attempt: a.ID, Replays: []string{rep.ID}, Judgement: verify.Judgement{Verdict: verify.Forged, Reason: "test"}})
+			if !h.s.quarantined(first.Node) {
+				t.Fatal("the forging node is not quarantined")
+			}
+			if w := h.s.Book.Attempts[a.Unit]; w.Target != 1 || w.Decision.Need != 1 {
+				t.Fatalf("after a forgery: target %d, need %d; want the run redone once", w.Target, w.Decision.Need)
+			}
+		})
+	}
+}

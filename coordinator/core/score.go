@@ -303,12 +303,12 @@ func (s *State) stageDecided(work string, d crosscheck.Decision) {
 	// Its inputs are content and earlier outputs, in the order the family
 	// builds its recipe: the cross-check checks the image only.
 	w := crosscheck.Work{ID: nw, Kind: crosscheck.AgentAttempt, Deterministic: ag.Deterministic, ImageCID: image,
-		WallLimitSeconds: float64(s.limitsOf(a).GetWallSeconds())}
+		WallLimitSeconds: float64(s.limitsOf(a).GetWallSeconds()), Samples: samples(s.Evals[a.Eval], ag)}
 	if err := s.Book.Add(w, first); err != nil {
 		s.log.Error("cross-check: next stage", "unit", p.ID, "stage", next.Name, "err", err)
 		return
 	}
-	if next.Single {
+	if next.Single || w.Samples {
 		s.Book.Attempts[nw].Target = 1
 	}
 	s.addAttempt(a)
