@@ -154,3 +154,25 @@ func bindReason(attempt, signed string, calls []gateway.TrajectoryCall, answers 
 	}
 	return strings.Join(why, "; ")
 }
+
+// verifyPolicy is the configured replay policy (zero: the core's default).
+func verifyPolicy(p *verify.Policy) verify.Policy {
+	if p == nil {
+		return verify.Policy{}
+	}
+	return *p
+}
+
+// ModelSpent is what the gateway's ledger holds as spent on an account
+// ("attempt/<id>", "evaluation/<id>", "group/<id>"), in US dollars (0
+// without a gateway).
+func (c *Coordinator) ModelSpent(ctx context.Context, account string) (float64, error) {
+	if c.models == nil {
+		return 0, nil
+	}
+	a, err := c.models.ledger.Balance(ctx, account)
+	if err != nil {
+		return 0, fmt.Errorf("ledger account %s: %w", account, err)
+	}
+	return a.Spent.USDValue(), nil
+}
