@@ -121,7 +121,7 @@ func (c *Coordinator) score(ctx context.Context, id string) (core.Scored, bool) 
 	} else {
 		ev.Scorer, ev.Score, err = c.scoreAgent(ctx, job)
 		if err == nil {
-			ev.Unbound, err = c.bindToTrajectory(ctx, job.Attempt)
+			ev.Unbound, ev.Rewritten, err = c.bindToTrajectory(ctx, job.Attempt)
 		}
 	}
 	if err != nil {

@@ -24,13 +24,14 @@ const maxBoundOutput = 1 << 20
 // sent the gateway. The answers are read neutrally: the top-level fields
 // of every returned output that is a JSON object (CORE-Bench's
 // report.json), named path#field. It returns why the result is not bound
-// ("" when it is, or when the attempt made no model call); an error only
-// when the trajectory or an output cannot be read now (retried as a
-// scoring failure).
-func (c *Coordinator) bindToTrajectory(ctx context.Context, a core.Attempt) (string, error) {
+// ("" when it is, or when the attempt made no model call) and whether a
+// request rewrote earlier turns (one of the reasons); an error only when
+// the trajectory or an output cannot be read now (retried as a scoring
+// failure).
+func (c *Coordinator) bindToTrajectory(ctx context.Context, a core.Attempt) (string, bool, error) {
 	calls, err := c.Trajectory(ctx, a.ID)
 	if err != nil {
-		return "", fmt.Errorf("bind to trajectory: %w", err)
+		return "", false, fmt.Errorf("bind to trajectory: %w", err)
 	}
 	signed := ""
 	if a.Evidence != nil {
@@ -38,11 +39,12 @@ func (c *Coordinator) bindToTrajectory(ctx context.Context, a core.Attempt) (str
 	}
 	if len(calls) == 0 {
 		if signed != "" {
-			return fmt.Sprintf("the report signs chain head %s, and the gateway recorded no model call", signed), nil
+			return fmt.Sprintf("the report signs chain head %s, and the gateway recorded no model call", signed), false, nil
 		}
-		return "", nil
+		return "", false, nil
 	}
-	return bindReason(a.ID, signed, calls, c.answersOf(ctx, a)), nil
+	why, rewritten := bindReason(a.ID, signed, calls, c.answersOf(ctx, a))
+	return why, rewritten, nil
 }
 
 // answersOf reads an attempt's answers neutrally: the top-level fields of
@@ -132,8 +134,9 @@ func (c *Coordinator) leaseExchanges(ctx context.Context, attempt, lease string)
 }
 
 // bindReason is the pure part of bindToTrajectory.
-func bindReason(attempt, signed string, calls []gateway.TrajectoryCall, answers []verify.Answer) string {
+func bindReason(attempt, signed string, calls []gateway.TrajectoryCall, answers []verify.Answer) (string, bool) {
 	var why []string
+	rewritten := false
 	if signed != "" {
 		heads := make([]string, len(calls))
 		for i, c := range calls {
@@ -146,13 +149,13 @@ func bindReason(attempt, signed string, calls []gateway.TrajectoryCall, answers 
 	ex := gateway.Exchanges(calls)
 	for _, f := range verify.CheckAppendOnly(ex) {
 		if f.Kind == verify.FindingRewrite {
-			why = append(why, f.Detail)
+			why, rewritten = append(why, f.Detail), true
 		}
 	}
 	if un := verify.Unbound(verify.Bind(ex, answers)); len(un) > 0 {
 		why = append(why, fmt.Sprintf("answers %s are found in no model output or tool result", strings.Join(un, ", ")))
 	}
-	return strings.Join(why, "; ")
+	return strings.Join(why, "; "), rewritten
 }
 
 // verifyPolicy is the configured replay policy (zero: the core's default).

@@ -452,7 +452,7 @@ func TestVerificationMatrix(t *testing.T) {
 	})
 	t.Run("earlier turn dropped: caught by the chain", func(t *testing.T) {
 		st := states("v-rewrite", "v-rewriter")
-		if st[core.VerifyUnbound] == 0 || st[core.VerifyUnbound] != sum(st) || records["v-rewriter"].Verify.Unbound == 0 {
+		if st[core.VerifyUnbound] == 0 || st[core.VerifyUnbound] != sum(st) || records["v-rewriter"].Verify.Rewrites == 0 {
 			t.Fatalf("rewriter: states %v, record %+v", st, records["v-rewriter"].Verify)
 		}
 		for _, a := range byEval["v-rewrite"] {

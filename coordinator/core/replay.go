@@ -83,14 +83,18 @@ func (Judged) event() {}
 // verifyScored decides what verification does with a model-driven
 // attempt just scored: nothing for work that is not, a mark on its node's
 // record when it is unbound, else a draw at the node's replay rate.
-func (s *State) verifyScored(a *Attempt, unbound string) {
+func (s *State) verifyScored(a *Attempt, unbound string, rewritten bool) {
 	if a.Canary || a.Kind == KindReplay || a.Kind == KindCapsuleRun || !modelDriven(a) || a.Verification != nil {
 		return
 	}
 	rec := s.record(a.ReportedBy)
 	if unbound != "" {
 		a.Verification = &Verification{State: VerifyUnbound, Reason: unbound}
-		s.applyVerify(a.ReportedBy, verify.Event{Unbound: []string{unbound}})
+		ev := verify.Event{Unbound: []string{unbound}}
+		if rewritten {
+			ev = verify.Event{Rewrites: []verify.Finding{{Kind: verify.FindingRewrite, Detail: unbound}}}
+		}
+		s.applyVerify(a.ReportedBy, ev)
 		return
 	}
 	if ag, _ := s.catalog.LookupAgent(a.Agent); ag.NotReplayable {

@@ -1,12 +1,15 @@
 package core
 
 import (
+	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/repronet/repronet/bench"
+	"github.com/repronet/repronet/coordinator/crosscheck"
 	"github.com/repronet/repronet/verify"
 )
 
@@ -229,12 +232,14 @@ func TestStepReplayNotDrawn(t *testing.T) {
 		name    string
 		agent   string
 		unbound string
+		rewrite bool
 		model   bool
 		state   string
 	}{
-		{"no model calls", "agent", "", false, ""},
-		{"not replayable", "noreplay", "", true, VerifyNotReplayable},
-		{"unbound", "agent", "answers x are found in no model output", true, VerifyUnbound},
+		{"no model calls", "agent", "", false, false, ""},
+		{"not replayable", "noreplay", "", false, true, VerifyNotReplayable},
+		{"unbound", "agent", "answers x are found in no model output", false, true, VerifyUnbound},
+		{"rewritten", "agent", "request 1 shows the model 3 messages that extend no earlier request", true, true, VerifyUnbound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -249,7 +254,7 @@ func TestStepReplayNotDrawn(t *testing.T) {
 				h.report(a.ID, "n1", "d")
 			}
 			h.step(Scored{Attempt: a.ID, Scorer: "test@1", Score: bench.Score{Comparable: bench.Comparable{Grading: &bench.Grading{Pass: true}}},
-				Unbound: tc.unbound})
+				Unbound: tc.unbound, Rewritten: tc.rewrite})
 			for _, x := range h.s.Attempts {
 				if x.Kind == KindReplay {
 					t.Fatalf("a replay was queued: %s", h.states())
@@ -263,7 +268,8 @@ func TestStepReplayNotDrawn(t *testing.T) {
 			} else if tc.state != "" {
 				t.Fatalf("no verification, want %s", tc.state)
 			}
-			if rec := h.s.Records["n1"].Verify; (rec.Unbound == 1) != (tc.unbound != "") || rec.Replayed != 0 {
+			if rec := h.s.Records["n1"].Verify; (rec.Unbound == 1) != (tc.unbound != "" && !tc.rewrite) ||
+				(rec.Rewrites == 1) != tc.rewrite || rec.Replayed != 0 {
 				t.Fatalf("n1's replay record %+v", rec)
 			}
 		})
@@ -428,5 +434,108 @@ func TestStepRunsAreSamples(t *testing.T) {
 				t.Fatalf("after a forgery: target %d, need %d; want the run redone once", w.Target, w.Decision.Need)
 			}
 		})
+	}
+}
+
+// TestReplaySimulation drives the core through seeded evaluations of a
+// model-driven agent (at least 200 runs each) on 20 nodes of 20 operators,
+// four of which forge tool results: two on every attempt, two on one in
+// five. The replays' verdicts are scripted from what each node did (a
+// forged attempt's two replays agree against it; an honest attempt's
+// first replay verifies it, or, for one in ten, finds a difference the
+// second replay shows to be nondeterministic). It checks that no honest
+// node is penalised and every always-forging node is quarantined, and
+// logs the figures of docs/benchmarks.md: forging nodes caught, replays
+// per run, forged results left on the board.
+func TestReplaySimulation(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		h := newHarness(t, func(c *Config) { c.Seed = [32]byte{byte(seed)} })
+		h.cat.agents["llm"] = AgentInfo{CID: "bafyllm", Model: "m"}
+		world := mrand.New(mrand.NewPCG(seed, 42))
+		forgeRate := map[string]float64{}
+		var nodes []string
+		for i := range 20 {
+			n := fmt.Sprintf("n%02d", i)
+			nodes = append(nodes, n)
+			switch i {
+			case 0, 1:
+				forgeRate[n] = 1
+			case 2, 3:
+				forgeRate[n] = 0.2
+			}
+		}
+		announce := func() {
+			for _, n := range nodes {
+				h.announce(n, "op-"+n, 2)
+			}
+		}
+		announce()
+		r := h.evaluate(Evaluation{Suite: "two", Agent: "llm", Levels: []string{"easy", "hard"}, Runs: 60})
+		if r.Attempts < 200 {
+			t.Fatalf("%d runs", r.Attempts)
+		}
+		forged := map[string]bool{}
+		noisy := map[string]bool{}
+		var originals, replays, noisyJudged int
+		for round := 0; round < 400 && (len(h.s.Queue) > 0 || round == 0); round++ {
+			for _, o := range h.tick().Offers {
+				a := h.s.Attempts[o.Attempt]
+				h.accept(o)
+				if _, ok := h.reportModel(a.ID, o.Node).(ReportRecorded); !ok {
+					continue // a quarantined node's report counts for nothing
+				}
+				if a.Kind != KindReplay {
+					originals++
+					forged[a.ID] = world.Float64() < forgeRate[o.Node]
+					noisy[a.ID] = !forged[a.ID] && world.Float64() < 0.1
+					h.score(a.ID, true)
+					continue
+				}
+				replays++
+				orig := h.s.Attempts[a.ReplayOf]
+				reps := orig.Verification.Replays
+				j := verify.Judgement{Verdict: verify.Verified}
+				switch {
+				case len(reps) == 1 && (forged[orig.ID] || noisy[orig.ID]):
+					j.Verdict = verify.NeedsReplay
+				case forged[orig.ID]:
+					j.Verdict = verify.Forged
+				case noisy[orig.ID]:
+					j.Verdict = verify.Nondeterministic
+					noisyJudged++
+				}
+				h.step(Judged{Attempt: orig.ID, Replays: slices.Clone(reps), Judgement: j})
+			}
+			h.advance(time.Second)
+			announce()
+		}
+		if len(h.s.Queue) > 0 {
+			t.Fatalf("seed %d: not settled: %d queued", seed, len(h.s.Queue))
+		}
+		caught := map[float64]int{}
+		for _, n := range nodes {
+			switch q := h.s.quarantined(n); {
+			case forgeRate[n] == 0 && (q || h.s.Records[n].Verify.Marks() > 0):
+				t.Fatalf("seed %d: honest node %s penalised: %+v", seed, n, h.s.Records[n].Verify)
+			case q:
+				caught[forgeRate[n]]++
+			}
+		}
+		if caught[1] != 2 {
+			t.Fatalf("seed %d: %d of 2 always-forging nodes quarantined", seed, caught[1])
+		}
+		left, counted := 0, 0
+		for id, w := range h.s.Book.Attempts {
+			if w.Decision.State != crosscheck.Validated {
+				continue
+			}
+			counted++
+			if c := h.s.canonical(id); c != nil && forged[c.ID] {
+				left++
+			}
+		}
+		t.Logf("seed %d: %d runs, %d attempts, %d replays (%.2f per attempt); forging nodes quarantined: always %d/2, one in five %d/2; "+
+			"%d honest attempts judged nondeterministic, no honest node penalised; %d forged results of %d left on the board",
+			seed, r.Attempts, originals, replays, float64(replays)/float64(originals), caught[1], caught[0.2], noisyJudged, left, counted)
 	}
 }

@@ -21,6 +21,10 @@ type Scored struct {
 	// trajectory (package verify, checked by the shell): the replica is
 	// invalid (crosscheck.Evidence.Unbound).
 	Unbound string
+	// Rewritten: one of Unbound's reasons is a request that rewrote what
+	// the model was shown earlier (a mark of its own on the node's replay
+	// record).
+	Rewritten bool
 }
 
 func (Scored) event() {}
@@ -67,7 +71,7 @@ func (s *State) scored(e Scored) {
 	s.persistBookNode(a.ReportedBy)
 	s.persistAttempt(a)
 	s.applyEffects(eff, a.Unit)
-	s.verifyScored(a, e.Unbound)
+	s.verifyScored(a, e.Unbound, e.Rewritten)
 	s.persistAttempt(a)
 	s.wake()
 }
