@@ -240,6 +240,11 @@ type Entry struct {
 	WallSeconds  float64   `json:"wall_seconds,omitempty"`
 	Started      time.Time `json:"started,omitzero"`
 	Finished     time.Time `json:"finished,omitzero"`
+	// Verification is what replay verification says of the counted job of
+	// a model-driven run ("": not model-driven): verified, or another
+	// state (not drawn, not replayable, nondeterministic, pending...), all
+	// shown as unverified.
+	Verification string `json:"verification,omitempty"`
 }
 
 // Registry holds the families a binary knows, by name.

@@ -264,13 +264,14 @@ func (c *Coordinator) handleVerdict(w http.ResponseWriter, r *http.Request, p ac
 	writeJSON(w, http.StatusOK, map[string]any{"attempt": a.ID, "scorer": a.Score.Scorer, "verdict": a.Score.Verdict})
 }
 
-// handlePushAgent serves POST /api/agents?name=N[&model=M][&deterministic=1]
+// handlePushAgent serves POST /api/agents?name=N[&model=M][&deterministic=1][&not_replayable=1]
 // (the admin may add &group=G): the body is the agent's OCI image tarball
 // (an OCI layout or docker save archive, possibly gzipped), streamed into
 // the capsule store.
 func (c *Coordinator) handlePushAgent(w http.ResponseWriter, r *http.Request, p accounts.Principal) {
 	q := r.URL.Query()
-	info := AgentInfo{Name: q.Get("name"), Model: q.Get("model"), Deterministic: q.Get("deterministic") == "1" || q.Get("deterministic") == "true"}
+	flag := func(k string) bool { return q.Get(k) == "1" || q.Get(k) == "true" }
+	info := AgentInfo{Name: q.Get("name"), Model: q.Get("model"), Deterministic: flag("deterministic"), NotReplayable: flag("not_replayable")}
 	group := p.Group
 	if p.Scope == accounts.ScopeAdmin {
 		group = q.Get("group")
@@ -338,7 +339,8 @@ func (c *Coordinator) pushAgent(ctx context.Context, p accounts.Principal, group
 		return dashboard.Agent{}, httpStatus(err, http.StatusInternalServerError), err
 	}
 	c.log.Info("agent pushed", "agent", ag.Name, "group", group, "cid", ag.CID, "size", ag.Size)
-	return dashboard.Agent{Name: ag.Name, Group: group, Model: ag.Model, Deterministic: ag.Deterministic, CID: ag.CID, Size: ag.Size,
+	return dashboard.Agent{Name: ag.Name, Group: group, Model: ag.Model, Deterministic: ag.Deterministic, NotReplayable: ag.NotReplayable,
+		CID: ag.CID, Size: ag.Size,
 		SHA256: ag.SHA256}, http.StatusOK, nil
 }
 

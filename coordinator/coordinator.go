@@ -60,6 +60,7 @@ import (
 	"github.com/repronet/repronet/internal/identity"
 	"github.com/repronet/repronet/internal/p2phost"
 	"github.com/repronet/repronet/proto"
+	"github.com/repronet/repronet/verify"
 )
 
 // Config configures a coordinator. DataDir is required.
@@ -146,6 +147,10 @@ type Config struct {
 	// crosscheck.DefaultPolicy: a quorum of 2 on distinct nodes and
 	// operators, BOINC's adaptive replication, canaries).
 	CrossCheck *crosscheck.Policy
+	// Verify is the replay verification policy of model-driven attempts
+	// (nil: verify.DefaultPolicy: every attempt of a new node replayed,
+	// the rate falling with clean replays to 5%).
+	Verify *verify.Policy
 	// IdleCanaryEvery: a node with a free slot that was given nothing for
 	// this long may be given a canary (at its canary probability) even
 	// when no work is queued, so that nodes are checked continually.
@@ -267,7 +272,7 @@ func (c *Config) coreConfig(self string, seed [32]byte, secret []byte, log *slog
 		MinFetchRate: c.MinFetchRate, LeaseMargin: c.LeaseMargin, AvoidAfterLeaseLoss: c.AvoidAfterLeaseLoss,
 		MaxTries: c.MaxTries, MaxLeaseLosses: c.MaxLeaseLosses, MaxDeclines: c.MaxDeclines, MaxLateReports: c.MaxLateReports,
 		MaxLateBytes: c.MaxLateBytes, Groups: c.Groups, HalfLife: c.HalfLife, IdleCanaryEvery: c.IdleCanaryEvery,
-		CrossCheck: *c.CrossCheck, Allowance: *c.Allowance, OpenOperators: c.OpenOperators, Limits: c.Limits, Seed: seed,
+		CrossCheck: *c.CrossCheck, Verify: verifyPolicy(c.Verify), Allowance: *c.Allowance, OpenOperators: c.OpenOperators, Limits: c.Limits, Seed: seed,
 		IDSecret: secret, Logger: log}
 }
 

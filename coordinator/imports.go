@@ -58,7 +58,7 @@ func (c *Coordinator) AddAgentWith(ctx context.Context, info AgentInfo, tarball 
 		return Agent{}, fmt.Errorf("add agent %s: %w", info.Name, err)
 	}
 	a := Agent{Name: info.Name, CID: st.CID.String(), Size: st.Size, SHA256: st.SHA256, Model: info.Model,
-		Deterministic: info.Deterministic}
+		Deterministic: info.Deterministic, NotReplayable: info.NotReplayable}
 	return a, c.catalog.AddAgent(ctx, a)
 }
 

@@ -3,12 +3,16 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/repronet/repronet/bench"
 	"github.com/repronet/repronet/coordinator/core"
 )
+
+// Judging replays shares the scoring workers: a job named judgePrefix and
+// an attempt judges that attempt's reported replays (verify.go).
 
 // Grading is its own stage: a report is recorded (and acknowledged) first;
 // Config.Scorers workers then score recorded attempts with their suite's
@@ -82,7 +86,12 @@ func (c *Coordinator) scoreLoop(ctx context.Context) {
 		if !ok {
 			return
 		}
-		ev, ok := c.score(ctx, id)
+		var ev core.Event
+		if orig, judging := strings.CutPrefix(id, judgePrefix); judging {
+			ev, ok = c.judge(ctx, orig)
+		} else {
+			ev, ok = c.score(ctx, id)
+		}
 		if ok && ctx.Err() == nil {
 			c.step(ctx, ev)
 		}
@@ -112,7 +121,7 @@ func (c *Coordinator) score(ctx context.Context, id string) (core.Scored, bool) 
 	} else {
 		ev.Scorer, ev.Score, err = c.scoreAgent(ctx, job)
 		if err == nil {
-			ev.Unbound, err = c.bindToTrajectory(ctx, job.Attempt)
+			ev.Unbound, ev.Rewritten, err = c.bindToTrajectory(ctx, job.Attempt)
 		}
 	}
 	if err != nil {

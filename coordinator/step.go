@@ -91,6 +91,9 @@ func (c *Coordinator) carry(ctx context.Context, fx core.Effects, t *journal.Tic
 	for _, j := range fx.Scores {
 		c.scoring.add(j)
 	}
+	for _, j := range fx.Judges {
+		c.scoring.add(core.ScoreJob{Attempt: judgePrefix + j.Attempt})
+	}
 	if fx.Wake {
 		c.kick()
 	}

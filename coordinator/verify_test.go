@@ -54,9 +54,12 @@ func TestBindReason(t *testing.T) {
 		{"an earlier turn rewritten", head, append(calls, rewritten[1]), ans("0.9721"), "otherwise than request 1 did"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := bindReason("at-1", tc.signed, tc.calls, tc.ans)
+			got, rw := bindReason("at-1", tc.signed, tc.calls, tc.ans)
 			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
 				t.Fatalf("reason %q, want %q", got, tc.want)
+			}
+			if want := tc.name == "an earlier turn rewritten"; rw != want {
+				t.Fatalf("rewritten %v, want %v", rw, want)
 			}
 		})
 	}

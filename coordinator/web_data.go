@@ -365,7 +365,8 @@ func (c *Coordinator) agentViews(p accounts.Principal) []dashboard.Agent {
 	for _, a := range c.catalog.Agents() {
 		g, _ := c.web.accounts.AgentOwner(a.Name)
 		if p.Scope == accounts.ScopeAdmin || (g != "" && p.MayRead(g)) {
-			out = append(out, dashboard.Agent{Name: a.Name, Group: g, Model: a.Model, Deterministic: a.Deterministic, CID: a.CID,
+			out = append(out, dashboard.Agent{Name: a.Name, Group: g, Model: a.Model, Deterministic: a.Deterministic,
+				NotReplayable: a.NotReplayable, CID: a.CID,
 				Size: a.Size, SHA256: a.SHA256})
 		}
 	}

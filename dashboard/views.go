@@ -221,6 +221,7 @@ type Agent struct {
 	Group         string `json:"group,omitempty"`
 	Model         string `json:"model,omitempty"`
 	Deterministic bool   `json:"deterministic,omitempty"`
+	NotReplayable bool   `json:"not_replayable,omitempty"`
 	CID           string `json:"cid"`
 	Size          int64  `json:"size"`
 	SHA256        string `json:"sha256"`

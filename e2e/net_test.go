@@ -99,6 +99,10 @@ type nodeOpts struct {
 	hostOptions []libp2p.Option
 	// dataDir is the node's data folder (default: a temporary folder).
 	dataDir string
+	// groups are the only submitter groups the node serves (nil: all);
+	// hooks make it misbehave (nil: honest).
+	groups []string
+	hooks  *node.TestHooks
 }
 
 // startNode starts an in-process node with a sandbox of its own on the
@@ -121,7 +125,8 @@ func startNode(ctx context.Context, t *testing.T, d *sandbox.Daemon, log *slog.L
 		o.dataDir = t.TempDir()
 	}
 	n, err := node.New(ctx, node.Config{DataDir: o.dataDir, Network: o.network, Coordinators: []string{o.coord}, Slots: o.slots,
-		Sandbox: box, HostOptions: o.hostOptions, JoinToken: e2eJoinToken, Logger: log.With("node", o.name)})
+		Sandbox: box, HostOptions: o.hostOptions, JoinToken: e2eJoinToken, Logger: log.With("node", o.name), Groups: o.groups,
+		TestHooks: o.hooks})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,8 +65,11 @@ func (n *Node) startEgress() error {
 func (n *Node) modelService(ctx context.Context, coord peer.ID, attempt, token string, onHead func(string)) sandbox.Service {
 	return sandbox.Service{Name: "model endpoint", Port: ModelPort,
 		Start: func(listen netip.AddrPort, _ netip.Addr) (func(), error) {
-			p, err := modelnet.StartProxy(ctx, n.host, coord, listen.String(), modelnet.ProxyOptions{Attempt: attempt, OnChainHead: onHead},
-				n.log.With("attempt", attempt, "component", "model-proxy"))
+			o := modelnet.ProxyOptions{Attempt: attempt, OnChainHead: onHead}
+			if h := n.cfg.TestHooks; h != nil && h.ModelRequest != nil {
+				o.TestRewriteRequest = func(b []byte) []byte { return h.ModelRequest(attempt, b) }
+			}
+			p, err := modelnet.StartProxy(ctx, n.host, coord, listen.String(), o, n.log.With("attempt", attempt, "component", "model-proxy"))
 			if err != nil {
 				return nil, err
 			}

@@ -130,6 +130,18 @@ type Config struct {
 	// (e.g. a transport of a test's own).
 	HostOptions []libp2p.Option
 	Logger      *slog.Logger
+	// TestHooks play a misbehaving node in tests (nil in production).
+	TestHooks *TestHooks
+}
+
+// TestHooks are test-only behaviours of a node that lies: production
+// code never sets them. End-to-end tests use them to check that the
+// coordinator catches what such a node does.
+type TestHooks struct {
+	// ModelRequest is given each model request an attempt's agent sends
+	// through the node's model endpoint and returns the body to forward
+	// (a node that plants a tool result, or drops earlier turns).
+	ModelRequest func(attempt string, body []byte) []byte
 }
 
 // Sandbox is what the node needs of package sandbox (*sandbox.Runner).

@@ -252,16 +252,17 @@ func stamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04")
 }
 
-const agentUsage = `agent push NAME OCI_TARBALL [--model M] [--deterministic] | agent ls`
+const agentUsage = `agent push NAME OCI_TARBALL [--model M] [--deterministic] [--not-replayable] | agent ls`
 
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var model string
-	var deterministic bool
+	var deterministic, notReplayable bool
 	cmds := map[string]func([]string) error{
 		"push": func(args []string) error {
-			c, f, pos, err := peopleFlags("agent push", "agent push NAME OCI_TARBALL [--model M] [--deterministic]", args, 2, stderr, func(fs *flag.FlagSet) {
+			c, f, pos, err := peopleFlags("agent push", "agent push NAME OCI_TARBALL [--model M] [--deterministic] [--not-replayable]", args, 2, stderr, func(fs *flag.FlagSet) {
 				fs.StringVar(&model, "model", "", "the agent's primary model (a leaderboard column)")
 				fs.BoolVar(&deterministic, "deterministic", false, "declare that the agent answers a task alike on every honest node (its replicas must then agree exactly)")
+				fs.BoolVar(&notReplayable, "not-replayable", false, "declare that the agent is not replayable (randomness outside the model's answers): its results are run and shown unverified, never replayed (docs/agents.md)")
 			})
 			if err != nil {
 				return err
@@ -277,6 +278,9 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			if deterministic {
 				q.Set("deterministic", "1")
+			}
+			if notReplayable {
+				q.Set("not_replayable", "1")
 			}
 			var ag dashboard.Agent
 			if err := c.do(ctx, http.MethodPost, "/api/agents?"+q.Encode(), file, "application/x-tar", &ag); err != nil {

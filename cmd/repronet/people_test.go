@@ -111,12 +111,15 @@ func TestPeopleCLI(t *testing.T) {
 	}
 	tarball := filepath.Join(dir, "solver.tar")
 	os.WriteFile(tarball, img.Bytes(), 0o644)
-	if out, err := cli(t, "agent", "push", "solver", tarball, "--deterministic", "--model", "m-1"); err != nil ||
+	if out, err := cli(t, "agent", "push", "solver", tarball, "--deterministic", "--not-replayable", "--model", "m-1"); err != nil ||
 		!strings.Contains(out, "agent solver pushed for group lab-a") {
 		t.Fatalf("agent push: %s %v", out, err)
 	}
 	if out, err := cli(t, "agent", "ls"); err != nil || !strings.Contains(out, "solver") || !strings.Contains(out, "m-1") {
 		t.Fatalf("agent ls: %s %v", out, err)
+	}
+	if out, err := cli(t, "agent", "ls", "--json"); err != nil || !strings.Contains(out, `"not_replayable": true`) {
+		t.Fatalf("agent ls --json does not show the agent declared not replayable: %s %v", out, err)
 	}
 	if out, err := cli(t, "eval", "start", "--suite", "sample", "--agent", "solver", "--levels", "easy", "--id", "e1"); err != nil ||
 		!strings.Contains(out, "evaluation e1: 3 attempts queued") {

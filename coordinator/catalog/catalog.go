@@ -59,6 +59,10 @@ type Agent struct {
 	// the majority are then invalid (not merely disagreeing), and its
 	// validated attempts can be replayed as canaries.
 	Deterministic bool `json:"deterministic,omitempty"`
+	// NotReplayable: the submitter declares that the agent is not
+	// replayable (randomness outside the model's answers, docs/agents.md):
+	// its model-driven results are never replayed and show as unverified.
+	NotReplayable bool `json:"not_replayable,omitempty"`
 }
 
 // Declared is what a submitter declares about an agent.
@@ -69,6 +73,9 @@ type Declared struct {
 	// Deterministic declares that the agent answers a task alike on every
 	// honest node (see Agent.Deterministic).
 	Deterministic bool
+	// NotReplayable declares that the agent cannot be replayed (see
+	// Agent.NotReplayable).
+	NotReplayable bool
 }
 
 // Key prefixes of the catalog's records.
@@ -224,7 +231,7 @@ func (c *Catalog) Declare(ctx context.Context, d Declared) error {
 	if !ok {
 		return fmt.Errorf("agent %q is not registered", d.Name)
 	}
-	a.Model, a.Deterministic = d.Model, d.Deterministic
+	a.Model, a.Deterministic, a.NotReplayable = d.Model, d.Deterministic, d.NotReplayable
 	if err := c.put(ctx, agentsKey.ChildString(a.Name), a); err != nil {
 		return fmt.Errorf("agent %s: %w", a.Name, err)
 	}
@@ -298,7 +305,7 @@ func (c *Catalog) LookupSuite(name string) (core.SuiteInfo, bool) {
 // LookupAgent returns what the core knows of an agent (core.Catalog).
 func (c *Catalog) LookupAgent(name string) (core.AgentInfo, bool) {
 	a, ok := c.Agent(name)
-	return core.AgentInfo{CID: a.CID, Size: a.Size, Deterministic: a.Deterministic, Model: a.Model}, ok
+	return core.AgentInfo{CID: a.CID, Size: a.Size, Deterministic: a.Deterministic, Model: a.Model, NotReplayable: a.NotReplayable}, ok
 }
 
 // LookupContent returns what the core knows of content (core.Catalog).

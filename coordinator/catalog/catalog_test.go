@@ -47,7 +47,7 @@ func TestCatalogRoundTrip(t *testing.T) {
 	if err := c.AddAgent(ctx, Agent{Name: "oracle", CID: "bafya", Size: 5}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Declare(ctx, Declared{Name: "oracle", Model: "m", Deterministic: true}); err != nil {
+	if err := c.Declare(ctx, Declared{Name: "oracle", Model: "m", Deterministic: true, NotReplayable: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Declare(ctx, Declared{Name: "nobody"}); err == nil {
@@ -63,7 +63,7 @@ func TestCatalogRoundTrip(t *testing.T) {
 	if !ok || si.Limits.GetWallSeconds() != 60 || si.Limits.GetCpuMillis() != 1000 || len(si.Tasks) != n {
 		t.Fatalf("suite after reopen: %v %+v", ok, si.Limits)
 	}
-	if ag, ok := again.LookupAgent("oracle"); !ok || !ag.Deterministic || ag.Model != "m" || ag.CID != "bafya" {
+	if ag, ok := again.LookupAgent("oracle"); !ok || !ag.Deterministic || !ag.NotReplayable || ag.Model != "m" || ag.CID != "bafya" {
 		t.Fatalf("agent after reopen: %+v", ag)
 	}
 	if x, ok := again.LookupContent("capsule-1"); !ok || x.CID != "bafyc" || x.Size != 10 {

@@ -20,7 +20,9 @@
 // Pure collaborators, used here and nowhere else in the lifecycle:
 // coordinator/schedule (placement, fair share), coordinator/lease (leases
 // and node allowances), coordinator/crosscheck (replication, canaries,
-// node reliability). What the core knows of suites, agents and content it
+// node reliability), verify (the replay policy of model-driven attempts:
+// replay.go schedules replays and applies their verdicts; the shell
+// judges them). What the core knows of suites, agents and content it
 // asks a Catalog (read-only lookups of plain data).
 //
 // It must not import libp2p, badger, the capsule store, net/http or any

@@ -46,6 +46,16 @@ type Evaluation struct {
 	Budget Budget
 }
 
+// samples reports whether the runs of an evaluation are statistical
+// samples rather than replicas (issue 13): its agent is model-driven (it
+// may call models through the gateway: the evaluation names models, or
+// the agent declares one) and not declared deterministic, and the
+// request leaves replication to the coordinator. Each run is then one
+// replica, verified by binding and replays.
+func samples(e EvalRecord, agent AgentInfo) bool {
+	return e.Replicas == 0 && !agent.Deterministic && (len(e.Models) > 0 || agent.Model != "")
+}
+
 // reservedEnv are the prefixes of environment names the node sets for an
 // agent (its model endpoint and token, its own settings).
 var reservedEnv = []string{"REPRONET_", "OPENAI_", "ANTHROPIC_"}
@@ -218,7 +228,8 @@ func (s *State) evaluate(ev Evaluate) {
 				}
 				if _, ok := s.Book.Attempts[unit]; !ok {
 					w := crosscheck.Work{ID: unit, Kind: crosscheck.AgentAttempt, Deterministic: agent.Deterministic,
-						InputCIDs: s.contentCIDs(t), ImageCID: agent.CID, WallLimitSeconds: float64(limits.GetWallSeconds())}
+						InputCIDs: s.contentCIDs(t), ImageCID: agent.CID, WallLimitSeconds: float64(limits.GetWallSeconds()),
+						Samples: samples(rec, agent)}
 					if stages[0].Image != "" {
 						img, _ := s.catalog.LookupAgent(stages[0].Image)
 						w.ImageCID = img.CID
@@ -230,7 +241,7 @@ func (s *State) evaluate(ev Evaluate) {
 					switch {
 					case e.Replicas > 0:
 						s.Book.Attempts[unit].Target = e.Replicas
-					case stages[0].Single:
+					case stages[0].Single, w.Samples:
 						s.Book.Attempts[unit].Target = 1
 					}
 				}

@@ -84,6 +84,10 @@ func (s *State) offerAnswered(e OfferAnswered) {
 			s.log.Warn("attempt failed: no node can run it", "attempt", a.ID, "why", why)
 			a.Outcome = OutcomeDeclined
 			s.endAttempt(a, why)
+			if !booked(a) {
+				s.replayEnded(a)
+				return
+			}
 			eff, err := s.Book.Undeliverable(a.Unit, a.ID, why)
 			s.bookCall(a.Unit, "undeliverable", eff, err)
 			return
@@ -174,11 +178,12 @@ func (s *State) requeue(a *Attempt, kind requeueKind, why string) {
 		s.chargeUsage(a.Group, s.now.Sub(a.AssignedAt).Seconds())
 	}
 	a.Detail = why
-	switch kind {
-	case requeueLeaseLost:
+	switch {
+	case !booked(a):
+	case kind == requeueLeaseLost:
 		eff, err := s.Book.MissedDeadline(a.Unit, a.ID)
 		s.bookCall(a.Unit, "missed deadline", eff, err)
-	case requeueRevoked:
+	case kind == requeueRevoked:
 	default:
 		if err := s.Book.Requeued(a.Unit, a.ID); err != nil {
 			s.log.Error("cross-check: requeue", "attempt", a.ID, "err", err)
@@ -234,6 +239,10 @@ func (s *State) requeue(a *Attempt, kind requeueKind, why string) {
 // its unit or fail the unit.
 func (s *State) failAttempt(a *Attempt, why string) {
 	s.endAttempt(a, why)
+	if !booked(a) {
+		s.replayEnded(a)
+		return
+	}
 	eff, err := s.Book.Dropped(a.Unit, a.ID)
 	s.bookCall(a.Unit, "drop", eff, err)
 }

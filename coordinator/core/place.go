@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/repronet/repronet/coordinator/crosscheck"
 	"github.com/repronet/repronet/coordinator/schedule"
 )
 
@@ -243,7 +244,13 @@ func (s *State) placeOn(a *Attempt, node string) bool {
 		op = n.Operator
 	}
 	s.Book.Node(node, op)
-	eff, err := s.Book.Placed(a.Unit, a.ID, node, s.rng.Float64())
+	var eff crosscheck.Effects
+	var err error
+	if booked(a) {
+		eff, err = s.Book.Placed(a.Unit, a.ID, node, s.rng.Float64())
+	} else if s.quarantined(node) {
+		err = fmt.Errorf("node %s is quarantined", node)
+	}
 	if err != nil {
 		// The book refuses (the node is quarantined, or holds this unit
 		// already): keep the attempt off that node.
@@ -310,6 +317,9 @@ func (s *State) inputBytes(a *Attempt) int64 {
 
 // siblings lists the attempts that share a's spread key.
 func (s *State) siblings(a *Attempt) []string {
+	if a.Kind == KindReplay {
+		return s.replaySiblings(a)
+	}
 	if a.Repro == "" || a.Canary {
 		return s.Units[a.Unit]
 	}

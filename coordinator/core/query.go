@@ -350,6 +350,9 @@ func (s *State) unitEntry(t *Attempt, work string, scoring json.RawMessage, mode
 			}
 		}
 	}
+	if from != nil && from.Verification != nil {
+		e.Verification = from.Verification.State
+	}
 	if from != nil && from.Model != nil {
 		cost := from.Model.CostUSD
 		e.CostUSD, e.InputTokens, e.OutputTokens = &cost, from.Model.InputTokens, from.Model.OutputTokens
@@ -512,6 +515,9 @@ type Grant struct {
 	Expires              time.Time
 	Budget               Budget
 	Models               []string
+	// Replay names the recorded attempt a replay's calls are answered
+	// from (KindReplay only).
+	Replay string
 }
 
 // GrantOf returns the grant of attempt id's assignment lease, if that
@@ -528,7 +534,7 @@ func (s *State) GrantOf(id, lease string, now time.Time) (Grant, bool) {
 	}
 	ev := s.Evals[a.Eval]
 	return Grant{Attempt: a.ID, Lease: lease, Node: a.Node, Eval: a.Eval, Group: a.Group, Task: a.TaskID,
-		Expires: ls.Deadline, Budget: ev.Budget, Models: slices.Clone(ev.Models)}, true
+		Expires: ls.Deadline, Budget: ev.Budget, Models: slices.Clone(ev.Models), Replay: a.ReplayOf}, true
 }
 
 // LeaseOf is the lease ID of node's latest assignment of attempt id ("":

@@ -124,7 +124,7 @@ func (s *State) reportArrived(e ReportArrived) {
 		s.fx.Reply = ReportCounts{}
 		return
 	}
-	if !current {
+	if !current && booked(a) {
 		// A past assignee's report counts: the job is taken back from
 		// wherever it is placed now.
 		if err := s.Book.Requeued(a.Unit, a.ID); err != nil {
@@ -161,13 +161,20 @@ func (s *State) reportArrived(e ReportArrived) {
 	s.persistAttempt(a)
 	s.log.Info("report recorded", "attempt", a.ID, "node", e.Node, "task", a.TaskID, "agent", a.Agent, "level", a.Level,
 		"outcome", a.Outcome, "late", !current)
-	s.fx.Scores = append(s.fx.Scores, ScoreJob{Attempt: a.ID})
+	if a.Kind == KindReplay {
+		s.fx.Judges = append(s.fx.Judges, JudgeJob{Attempt: a.ReplayOf})
+	} else {
+		s.fx.Scores = append(s.fx.Scores, ScoreJob{Attempt: a.ID})
+	}
 	s.fx.Reply = ReportRecorded{}
 	s.wake()
 }
 
 // outstanding reports whether the cross-check waits for a's report.
 func (s *State) outstanding(a *Attempt) bool {
+	if !booked(a) {
+		return true
+	}
 	w := s.Book.Attempts[a.Unit]
 	if w == nil {
 		return false
@@ -223,7 +230,7 @@ func (s *State) operatorOf(a *Attempt, node string) string {
 // unitAllows reports whether a report of a from node may count without two
 // replicas of its unit counting on one node or operator.
 func (s *State) unitAllows(a *Attempt, node string) bool {
-	if a.Unit == "" {
+	if a.Unit == "" && booked(a) {
 		return true
 	}
 	op := s.operatorOf(a, node)

@@ -21,6 +21,10 @@ type Scored struct {
 	// trajectory (package verify, checked by the shell): the replica is
 	// invalid (crosscheck.Evidence.Unbound).
 	Unbound string
+	// Rewritten: one of Unbound's reasons is a request that rewrote what
+	// the model was shown earlier (a mark of its own on the node's replay
+	// record).
+	Rewritten bool
 }
 
 func (Scored) event() {}
@@ -67,6 +71,8 @@ func (s *State) scored(e Scored) {
 	s.persistBookNode(a.ReportedBy)
 	s.persistAttempt(a)
 	s.applyEffects(eff, a.Unit)
+	s.verifyScored(a, e.Unbound, e.Rewritten)
+	s.persistAttempt(a)
 	s.wake()
 }
 
@@ -301,12 +307,12 @@ func (s *State) stageDecided(work string, d crosscheck.Decision) {
 	// Its inputs are content and earlier outputs, in the order the family
 	// builds its recipe: the cross-check checks the image only.
 	w := crosscheck.Work{ID: nw, Kind: crosscheck.AgentAttempt, Deterministic: ag.Deterministic, ImageCID: image,
-		WallLimitSeconds: float64(s.limitsOf(a).GetWallSeconds())}
+		WallLimitSeconds: float64(s.limitsOf(a).GetWallSeconds()), Samples: samples(s.Evals[a.Eval], ag)}
 	if err := s.Book.Add(w, first); err != nil {
 		s.log.Error("cross-check: next stage", "unit", p.ID, "stage", next.Name, "err", err)
 		return
 	}
-	if next.Single {
+	if next.Single || w.Samples {
 		s.Book.Attempts[nw].Target = 1
 	}
 	s.addAttempt(a)

@@ -18,6 +18,7 @@ import (
 	"github.com/repronet/repronet/coordinator/lease"
 	"github.com/repronet/repronet/coordinator/schedule"
 	"github.com/repronet/repronet/proto"
+	"github.com/repronet/repronet/verify"
 )
 
 // Config sets up a State. The zero value of a duration or count means its
@@ -62,6 +63,9 @@ type Config struct {
 	// allowance policy.
 	CrossCheck crosscheck.Policy
 	Allowance  lease.AllowancePolicy
+	// Verify is the replay verification policy of model-driven attempts
+	// (zero: verify.DefaultPolicy).
+	Verify verify.Policy
 	// OpenOperators trusts every operator certificate; otherwise only
 	// admitted operators count apart (see Admit).
 	OpenOperators bool
@@ -109,6 +113,9 @@ func (c *Config) Defaults() {
 	if c.CrossCheck == (crosscheck.Policy{}) {
 		c.CrossCheck = crosscheck.DefaultPolicy()
 	}
+	if c.Verify == (verify.Policy{}) {
+		c.Verify = verify.DefaultPolicy()
+	}
 	if c.Allowance == (lease.AllowancePolicy{}) {
 		c.Allowance = lease.DefaultAllowancePolicy()
 	}
@@ -144,6 +151,10 @@ type AgentInfo struct {
 	// Deterministic: every honest node gets the same grading of it.
 	Deterministic bool
 	Model         string
+	// NotReplayable: the submitter declares the agent not replayable
+	// (hidden randomness outside the model's answers): its model-driven
+	// results are never replayed and show as unverified.
+	NotReplayable bool
 }
 
 // ContentInfo is imported content (a capsule tarball...).
@@ -226,6 +237,9 @@ type State struct {
 func New(cfg Config, catalog Catalog) (*State, error) {
 	cfg.Defaults()
 	if err := cfg.CrossCheck.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Verify.Validate(); err != nil {
 		return nil, err
 	}
 	book, err := crosscheck.NewBook(cfg.CrossCheck)
@@ -323,7 +337,11 @@ func (s *State) Restore(snap Snapshot, now time.Time) Effects {
 		case StateAssigned:
 			s.Leases.Resume(a.ID, a.Node, a.Incarnation, a.LeaseDeadline, a.LeaseLimit, now)
 		case StateReported:
-			s.fx.Scores = append(s.fx.Scores, ScoreJob{Attempt: a.ID})
+			if a.Kind == KindReplay {
+				s.fx.Judges = append(s.fx.Judges, JudgeJob{Attempt: a.ReplayOf})
+			} else {
+				s.fx.Scores = append(s.fx.Scores, ScoreJob{Attempt: a.ID})
+			}
 		}
 	}
 	return s.end()

@@ -11,11 +11,12 @@ import (
 // Effects is what a Step asks of the shell, in order: make Records
 // durable (one journal batch: a crash leaves all of them or none), then,
 // once they are, answer the event with Reply, make the Offers and run the
-// Scores. Wake asks for a scheduling round soon.
+// Scores and Judges. Wake asks for a scheduling round soon.
 type Effects struct {
 	Records []Record
 	Offers  []Offer
 	Scores  []ScoreJob
+	Judges  []JudgeJob
 	Reply   any
 	Wake    bool
 }
@@ -141,6 +142,8 @@ func (s *State) Step(now time.Time, ev Event) Effects {
 		s.admit(e)
 	case Quarantine:
 		s.quarantine(e)
+	case Judged:
+		s.judged(e)
 	default:
 		panic(fmt.Sprintf("core: unknown event %T", ev)) // a programming error, never input from the network
 	}

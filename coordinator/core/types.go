@@ -9,6 +9,7 @@ import (
 	"github.com/repronet/repronet/coordinator/crosscheck"
 	"github.com/repronet/repronet/coordinator/lease"
 	"github.com/repronet/repronet/coordinator/schedule"
+	"github.com/repronet/repronet/verify"
 )
 
 // AttemptState is where an attempt is in its life.
@@ -37,6 +38,10 @@ const (
 	// KindCapsuleRun runs a capsule's own run script (a reproducibility
 	// check) and returns the files its checker reads.
 	KindCapsuleRun = "capsule_run"
+	// KindReplay re-runs a model-driven attempt's recipe on another node,
+	// its model calls answered from the recorded attempt's (ReplayOf)
+	// trajectory (replay.go). Nodes cannot tell it from any attempt.
+	KindReplay = "replay"
 )
 
 // OutcomeDeclined is the outcome of an attempt that no node would run.
@@ -63,11 +68,16 @@ type Attempt struct {
 	Pipe  string `json:"pipe,omitempty"`
 	Run   int    `json:"run"`
 	Unit  string `json:"unit,omitempty"`
-	// Kind is KindAgent (empty: the same) or KindCapsuleRun.
-	Kind     string `json:"kind,omitempty"`
-	Replica  int    `json:"replica"`
-	Group    string `json:"group,omitempty"`
-	Priority int    `json:"priority,omitempty"`
+	// Kind is KindAgent (empty: the same), KindCapsuleRun or KindReplay.
+	Kind string `json:"kind,omitempty"`
+	// ReplayOf names the attempt a replay replays (KindReplay only).
+	ReplayOf string `json:"replay_of,omitempty"`
+	// Verification is what replay verification knows of a model-driven
+	// attempt's counted result (nil: not model-driven, or not scored yet).
+	Verification *Verification `json:"verification,omitempty"`
+	Replica      int           `json:"replica"`
+	Group        string        `json:"group,omitempty"`
+	Priority     int           `json:"priority,omitempty"`
 	// Canary marks a canary; CanaryOf names the unit it replays.
 	Canary   bool   `json:"canary,omitempty"`
 	CanaryOf string `json:"canary_of,omitempty"`
@@ -211,6 +221,9 @@ func (a *Attempt) assignedTo(node string) bool {
 // operators: the replicas of a unit, or every run of a reproducibility
 // check (a canary is alone in its unit).
 func (a *Attempt) spreadKey() string {
+	if a.Kind == KindReplay {
+		return "replay:" + a.ReplayOf
+	}
 	if a.Repro != "" && !a.Canary {
 		return "repro:" + a.Repro
 	}
@@ -263,6 +276,9 @@ type NodeRecord struct {
 	// LateBytes is the size of the late reports kept of the node, decayed
 	// with Config.HalfLife (bounded by Config.MaxLateBytes).
 	LateBytes schedule.Decaying `json:"late_bytes,omitzero"`
+	// Verify is the node's replay record (verify.Policy sets its replay
+	// rate from it).
+	Verify verify.Record `json:"verify,omitzero"`
 }
 
 // Reliability estimates the chance the node completes what it accepts:

@@ -213,6 +213,8 @@ func TestDecide(t *testing.T) {
 	half := Result{Grading: &Grading{Checks: []bool{true, false}}}
 	det := Work{ID: "w", Kind: AgentAttempt, Deterministic: true, InputCIDs: []string{"c"}, ImageCID: "a"}
 	nondet := Work{ID: "w", Kind: AgentAttempt, InputCIDs: []string{"c"}, ImageCID: "a"}
+	sampled := nondet
+	sampled.Samples = true
 	canary := det
 	canary.Known = &no
 	forged := rep("f", "eve", yes)
@@ -250,6 +252,10 @@ func TestDecide(t *testing.T) {
 			Validated, 0, []Verdict{Valid, Valid}, 0},
 		{"quarantined node discarded, quorum back to 2", Attempt{Work: det, Target: 1, Replicas: []Replica{rep("f", "eve", yes), rep("a", "A", yes)}},
 			map[string]bool{"f": true}, Open, -1, []Verdict{Discarded, Pending}, 1},
+		{"a sample from a quarantined node: redone once, not a quorum", Attempt{Work: sampled, Target: 1, Replicas: []Replica{rep("f", "eve", yes)}},
+			map[string]bool{"f": true}, Open, -1, []Verdict{Discarded}, 1},
+		{"a sample alone", Attempt{Work: sampled, Target: 1, Replicas: []Replica{rep("a", "A", no)}}, nil,
+			Validated, 0, []Verdict{Accepted}, 0},
 		{"forged evidence", Attempt{Work: det, Target: 2, Replicas: []Replica{forged, rep("a", "A", yes)}}, nil,
 			Open, -1, []Verdict{Lied, Pending}, 1},
 		{"canary passed", Attempt{Work: canary, Target: 1, Replicas: []Replica{rep("a", "A", no)}}, nil,

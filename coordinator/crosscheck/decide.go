@@ -29,6 +29,12 @@ type Work struct {
 	Known *Result `json:"known,omitempty"`
 	// CanaryOf names the work a canary replays, for the record.
 	CanaryOf string `json:"canary_of,omitempty"`
+	// Samples: the work is a run of a model-driven agent, one statistical
+	// sample (issue 13): it is never voted against other runs, and a run
+	// whose replica is discarded (its node quarantined, say for a forged
+	// tool result) is run again once, not raised to a quorum. Its trust
+	// comes from binding and replays (package verify), not replicas.
+	Samples bool `json:"samples,omitempty"`
 }
 
 // Canary reports whether the work is a canary.
@@ -211,7 +217,7 @@ func Decide(p Policy, a Attempt, quarantined map[string]bool) Decision {
 	}
 
 	target := max(a.Target, 1)
-	if tainted {
+	if tainted && !w.Samples {
 		target = max(target, p.Quorum) // trust no shortcut after a lie
 	}
 	need := target/2 + 1

@@ -1,6 +1,7 @@
 package modelnet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strconv"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -38,6 +40,11 @@ type ProxyOptions struct {
 	// answer carries (ChainHeader, in its header or trailer), once the
 	// answer has been passed on whole.
 	OnChainHead func(head string)
+	// TestRewriteRequest is a test hook (never set in production): it is
+	// given each request body and returns the body to forward, so that a
+	// test can play a node that rewrites what its agent sends the model
+	// (package verify must catch it).
+	TestRewriteRequest func(body []byte) []byte
 }
 
 // ChainHeader is the header (or trailer) in which the gateway returns the
@@ -114,6 +121,16 @@ func StartProxy(ctx context.Context, h host.Host, gateway peer.ID, addr string, 
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, l.MaxRequestBytes)
+		if o.TestRewriteRequest != nil {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "read the request: "+err.Error())
+				return
+			}
+			b = o.TestRewriteRequest(b)
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+			r.Header.Set("Content-Length", strconv.Itoa(len(b)))
+		}
 		rp.ServeHTTP(w, r)
 	})
 	srv, err := httpserve.Start(ctx, addr, handler, httpserve.Limits{

@@ -307,7 +307,7 @@ func Entries(entries []bench.Entry) ([]leaderboard.Entry, error) {
 	for _, e := range entries {
 		le := leaderboard.Entry{Suite: e.Suite, Level: e.Variant, Agent: e.Agent, Model: e.Model, TaskID: e.TaskID, Run: e.Run,
 			Status: e.Status, CostUSD: e.CostUSD, CPUSeconds: e.CPUSeconds, WallSeconds: e.WallSeconds,
-			Started: e.Started, Finished: e.Finished}
+			Started: e.Started, Finished: e.Finished, Verification: e.Verification}
 		if len(e.Scoring) > 0 {
 			if err := json.Unmarshal(e.Scoring, &le.Scoring); err != nil {
 				return nil, fmt.Errorf("entry %s/%s/%s: scoring: %w", e.Suite, e.Variant, e.TaskID, err)

@@ -95,6 +95,9 @@ type Entry struct {
 	WallSeconds float64               `json:"wall_seconds,omitempty"`
 	Started     time.Time             `json:"started,omitzero"`
 	Finished    time.Time             `json:"finished,omitzero"`
+	// Verification is bench.Entry.Verification: "verified" when a replay
+	// verified a model-driven run ("": not model-driven).
+	Verification string `json:"verification,omitempty"`
 }
 
 // Validate checks what Build relies on, naming the entry.
@@ -151,6 +154,11 @@ type Row struct {
 	ValidatedShare float64 `json:"validated_share"`
 	InfraFailures  int     `json:"infra_failures"`
 	Pending        int     `json:"pending"`
+	// Sampled counts the validated attempts of model-driven runs (each run
+	// one sample, issue 13), ReplayVerified those a replay verified; the
+	// others are shown as unverified.
+	Sampled        int `json:"sampled,omitempty"`
+	ReplayVerified int `json:"replay_verified,omitempty"`
 }
 
 // Board is one leaderboard: a suite, a level and one scoring. Rows are
@@ -217,6 +225,12 @@ func Build(entries []Entry) ([]Board, []error) {
 		}
 		if e.Status != Validated {
 			continue
+		}
+		if e.Verification != "" {
+			r.Sampled++
+			if e.Verification == "verified" {
+				r.ReplayVerified++
+			}
 		}
 		ra := runs[k][e.Run]
 		if ra == nil {

@@ -186,3 +186,23 @@ func TestRowsKeepScoringsApart(t *testing.T) {
 		t.Errorf("version 2 row: %+v", r)
 	}
 }
+
+// TestBuildSamples: model-driven runs are samples: mean and min-max over
+// runs, and the row counts which validated samples a replay verified
+// (the others are unverified, not left out).
+func TestBuildSamples(t *testing.T) {
+	with := func(e Entry, v string) Entry { e.Verification = v; return e }
+	boards, errs := Build([]Entry{
+		with(entry("A", "t1", 1, Validated, score(1, 1, 0, 0)), "verified"),
+		with(entry("A", "t1", 2, Validated, score(0, 1, 0, 0)), "not_drawn"),
+		with(entry("A", "t1", 3, Validated, score(1, 1, 0, 0)), "nondeterministic"),
+		with(entry("A", "t1", 4, Pending, nil), "pending"),
+	})
+	if len(errs) != 0 || len(boards) != 1 || len(boards[0].Rows) != 1 {
+		t.Fatalf("boards %+v, errors %v", boards, errs)
+	}
+	r := boards[0].Rows[0]
+	if r.Runs != 3 || !approx(r.Accuracy, 2.0/3) || r.AccuracyMin != 0 || r.AccuracyMax != 1 || r.Sampled != 3 || r.ReplayVerified != 1 {
+		t.Fatalf("row %+v: want 3 runs, mean 2/3 in [0, 1], 3 samples of which 1 replay-verified", r)
+	}
+}
