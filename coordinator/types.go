@@ -40,6 +40,7 @@ const (
 
 	KindAgent       = core.KindAgent
 	KindCapsuleRun  = core.KindCapsuleRun
+	KindReplay      = core.KindReplay
 	OutcomeDeclined = core.OutcomeDeclined
 
 	UnadmittedOperator    = core.UnadmittedOperator
