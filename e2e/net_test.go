@@ -99,6 +99,17 @@ type nodeOpts struct {
 	hostOptions []libp2p.Option
 	// dataDir is the node's data folder (default: a temporary folder).
 	dataDir string
+	// gpus are announced (no device behind them).
+	gpus []node.GPU
+}
+
+// baseImages are the base images every test node is given.
+func baseImages(t *testing.T) []string {
+	t.Helper()
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return []string{baseImage}
 }
 
 // startNode starts an in-process node with a sandbox of its own on the
@@ -121,7 +132,8 @@ func startNode(ctx context.Context, t *testing.T, d *sandbox.Daemon, log *slog.L
 		o.dataDir = t.TempDir()
 	}
 	n, err := node.New(ctx, node.Config{DataDir: o.dataDir, Network: o.network, Coordinators: []string{o.coord}, Slots: o.slots,
-		Sandbox: box, HostOptions: o.hostOptions, JoinToken: e2eJoinToken, Logger: log.With("node", o.name)})
+		Sandbox: box, HostOptions: o.hostOptions, JoinToken: e2eJoinToken, Logger: log.With("node", o.name),
+		BaseImages: baseImages(t), GPUs: o.gpus})
 	if err != nil {
 		t.Fatal(err)
 	}

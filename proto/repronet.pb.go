@@ -914,8 +914,8 @@ type Recipe struct {
 	Outputs []*Output `protobuf:"bytes,12,rep,name=outputs,proto3" json:"outputs,omitempty"`
 	// environment, when set, is the job's environment, built by the node from
 	// a Dockerfile in the workspace (CORE-Bench Medium): the job runs in that
-	// image, with its own image (image_cid) mounted read-only inside it.
-	// Nodes before this field ignore it (docs/protocol.md).
+	// image, with its own image's files (image_cid) shown read-only inside
+	// it. Nodes before this field ignore it (docs/protocol.md).
 	Environment   *Environment `protobuf:"bytes,13,opt,name=environment,proto3" json:"environment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1047,11 +1047,12 @@ func (x *Recipe) GetEnvironment() *Environment {
 // builds the image itself (a single stage; its FROM is taken from the
 // node's images or pulled through the node's egress proxy from the
 // registries the node allows), keeps it for later jobs, and runs the job
-// in it: the job's image mounted read-only at image_mount, its entrypoint
-// and command (the recipe's, else the job image's) run from there, the
-// environment's variables and working folder, the recipe's env and cwd on
-// top. The build's steps have the recipe's limits and network, and its
-// time counts against the wall-clock limit.
+// in it: the job image's folder image_mount shown read-only at the same
+// path, its entrypoint and command (the recipe's, else the job image's)
+// run from there, the environment's variables and working folder, the
+// recipe's env and cwd on top. The build's steps have the recipe's limits
+// and network, and the time to pull and build counts against the
+// wall-clock limit.
 type Environment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// dockerfile is the workspace path of the Dockerfile.
@@ -1059,8 +1060,9 @@ type Environment struct {
 	// context is the workspace folder of the build context (what COPY and
 	// ADD read); empty: the Dockerfile's folder.
 	Context string `protobuf:"bytes,2,opt,name=context,proto3" json:"context,omitempty"`
-	// image_mount is where the job's image is mounted: an absolute, clean
-	// path other than /.
+	// image_mount is the job image's folder shown, read-only, at the same
+	// path in the environment (an agent keeps its files in /agent:
+	// docs/agents.md): an absolute, clean path other than /.
 	ImageMount string `protobuf:"bytes,3,opt,name=image_mount,json=imageMount,proto3" json:"image_mount,omitempty"`
 	// if_present: when the workspace holds no file at dockerfile, the job
 	// runs in its own image as if no environment were given.

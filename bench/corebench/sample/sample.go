@@ -1,4 +1,4 @@
-// Package sample owns repronet's sample CORE-Bench suite: three small
+// Package sample owns repronet's sample CORE-Bench suite: four small
 // synthetic capsules in the real CORE-Bench tarball layout, their task file
 // in CORE-Bench's format, and two agents (an oracle and a wrong one) as
 // files for a busybox image. The demo and the integration tests run it.
@@ -6,7 +6,11 @@
 // Every capsule really computes its results from its data with busybox
 // tools (sh, awk, sort): code/run calls code/analysis.sh, which reads
 // ../data and writes ../results (the CodeOcean /data and /results when run
-// from /code). The published results/ are what that computes. Each
+// from /code). The published results/ are what that computes. Every
+// capsule's environment/Dockerfile builds FROM BaseImage; capsule-0000004's
+// also installs a tool busybox lacks (robust-stats), which its code/run
+// needs: run in the agent's own image at Medium, it fails (its README
+// names an entry point with a vendored copy of the tool, for Hard). Each
 // question names where its answer is ("... (`KEY` in results/FILE)."),
 // FILE holding "KEY VALUE" lines whose VALUE is a JSON literal. The task
 // file covers every kind of question: integers, floats (two with gold runs
@@ -50,6 +54,11 @@ var agents embed.FS
 // script that must be executable (mode 0755).
 const AgentEntrypoint = agentimage.Entrypoint
 
+// BaseImage is what every sample capsule's environment/Dockerfile builds
+// FROM (busybox): a node without network access is given it instead
+// (node --base-image; internal/demo builds it from busybox-static).
+const BaseImage = "docker.io/library/busybox:1.36"
+
 // Tasks returns the task file (a fresh copy): one task per capsule, three
 // gold runs each, for corebench.ParseTasks.
 func Tasks() []byte { return bytes.Clone(tasksJSON) }
@@ -73,9 +82,10 @@ func CapsuleIDs() []string {
 func tarballTime() time.Time { return time.Date(2024, 9, 17, 0, 0, 0, 0, time.UTC) }
 
 // fileMode gives a capsule file its mode: embedding drops modes, so they
-// are set by rule. code/run and shell scripts are executable.
+// are set by rule. code/run, shell scripts and the tools vendored in
+// code/vendor/ are executable.
 func fileMode(rel string) int64 {
-	if rel == "code/run" || strings.HasSuffix(rel, ".sh") {
+	if rel == "code/run" || strings.HasSuffix(rel, ".sh") || strings.HasPrefix(rel, "code/vendor/") {
 		return 0o755
 	}
 	return 0o644
@@ -85,8 +95,8 @@ func fileMode(rel string) int64 {
 // tar of one top folder capsule-NNNNNNN/ with code/, data/, results/,
 // environment/, metadata/ and REPRODUCING.md. It is deterministic: entries
 // sorted by path, directories before their contents, a fixed mtime, uid
-// and gid 0, directories 0755, files 0644 except code/run and *.sh (0755),
-// USTAR headers, no gzip name or time.
+// and gid 0, directories 0755, files 0644 except code/run, *.sh and
+// code/vendor/* (0755), USTAR headers, no gzip name or time.
 func CapsuleTarball(id string) ([]byte, error) {
 	if !slices.Contains(CapsuleIDs(), id) {
 		return nil, fmt.Errorf("sample capsule %q: no such capsule (have %s)", id, strings.Join(CapsuleIDs(), ", "))
