@@ -1,150 +1,180 @@
 package coordinator
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/ipfs/go-datastore"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/repronet/repronet/coordinator/accounts"
 	"github.com/repronet/repronet/coordinator/core"
 )
 
-// Handler serves the coordinator's HTTP API as JSON.
+// Handler serves the coordinator's HTTP API (JSON, under /api/, and
+// /metrics) and the dashboard's pages (web_pages.go). docs/api.md lists
+// every endpoint with its scope. In short:
 //
-// Public, read-only: GET /api/leaderboards (the boards: one per suite,
-// level and scoring), /api/leaderboard/entries (one entry per run of an
-// agent on a task at a level, with its cross-check status), /api/leaderboard
-// (the boards flattened into rows), /api/nodes and /api/repro/{id}. The
-// three board paths serve snapshots at most Config.PublicBoardsEvery old
-// (Last-Modified says when each was taken), live to admin requests.
-// Nothing public holds a gold answer,
-// an agent's answer, an attempt or node ID a node could use to tell a
-// canary from a replica, or a canary at all.
+// Public: the leaderboards (/api/leaderboards, /api/leaderboard/entries:
+// snapshots at most Config.PublicBoardsEvery old, Last-Modified saying
+// when each was taken; live to the admin), /api/network (the pool's size),
+// /api/credit (its total credit), /api/suites, /api/repro/{id} and
+// /api/whoami. Nothing public holds a gold answer, an agent's answer, an
+// attempt or node ID a node could use to tell a canary from a replica, or
+// a canary at all.
 //
-// Admin, with Config.AdminToken and "Authorization: Bearer <token>": POST
-// /api/evaluations and /api/repro (submit), GET /api/progress, /api/stats
-// and /api/evaluations (live counters), GET /api/attempts (verdicts
-// without gold; ?canaries=1 lists canaries too), /api/reports/{attempt}
-// (the signed report envelope, to verify independently: it holds the
-// agent's answers, the correct ones among them being gold values) and
-// /api/crosscheck/nodes (every node's reliability record); and GET
-// /metrics, the Prometheus metrics (see metrics.go).
+// Submitter ("Authorization: Bearer rns_..."; package accounts): its
+// group's evaluations (GET and POST /api/evaluations, within the group's
+// quota, of its group's agents), attempts (by handle, never by ID: see
+// web.go), their logs, outputs and trajectories once finished, and agents
+// (GET and POST /api/agents). Never a gold answer, a canary, a node, or
+// another group's work: an attempt it may not see is "not found".
+//
+// Admin (Config.AdminToken): everything, including the live counters
+// (/api/progress, /api/stats: they move for real reports and not for
+// canaries, so a node watching them could tell), every attempt with
+// ?canaries=1, reports (/api/reports/{attempt}: the agent's answers, the
+// correct ones being gold values) and verdicts, nodes, cross-check
+// records, operators and join tokens, accounts, reproducibility check
+// submission, and /metrics.
 func (c *Coordinator) Handler() http.Handler {
 	mux := http.NewServeMux()
-	serve := func(path string, f func() any) {
-		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusOK, f())
-		})
-	}
-	admin := func(pattern string, f http.HandlerFunc) {
+	c.apiRoutes(mux)
+	c.webRoutes(mux)
+	return mux
+}
+
+// scopedFunc serves a request of p.
+type scopedFunc func(w http.ResponseWriter, r *http.Request, p accounts.Principal)
+
+// apiRoutes registers the JSON API.
+func (c *Coordinator) apiRoutes(mux *http.ServeMux) {
+	route := func(pattern string, min accounts.Scope, f scopedFunc) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			if c.authorized(w, r) {
-				f(w, r)
+			if p, ok := c.allow(w, r, min); ok {
+				f(w, r, p)
 			}
 		})
 	}
+	get := func(path string, min accounts.Scope, f func(p accounts.Principal) any) {
+		route("GET "+path, min, func(w http.ResponseWriter, r *http.Request, p accounts.Principal) {
+			writeJSON(w, http.StatusOK, f(p))
+		})
+	}
+	public, submitter, admin := accounts.ScopePublic, accounts.ScopeSubmitter, accounts.ScopeAdmin
+
 	// The boards are public snapshots (see Config.PublicBoardsEvery).
 	boards := &snapshots{every: c.cfg.PublicBoardsEvery, taken: map[string]snapshot{}}
-	board := func(path string, live, public func() any) {
-		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
-			if c.cfg.AdminToken != "" && c.bearer(r) {
+	board := func(path string, live, snap func() any) {
+		route("GET "+path, public, func(w http.ResponseWriter, r *http.Request, p accounts.Principal) {
+			if p.Scope == admin {
 				writeJSON(w, http.StatusOK, live())
 				return
 			}
-			snap := boards.get(path, time.Now(), public)
-			w.Header().Set("Last-Modified", snap.at.UTC().Format(http.TimeFormat))
+			s := boards.get(path, time.Now(), snap)
+			w.Header().Set("Last-Modified", s.at.UTC().Format(http.TimeFormat))
 			w.Header().Set("Content-Type", "application/json")
-			w.Write(snap.body)
+			w.Write(s.body)
 		})
 	}
 	board("/api/leaderboards", func() any { return c.Boards() }, func() any { return c.PublicBoards() })
 	board("/api/leaderboard/entries", func() any { return nonNil(c.LeaderboardEntries()) },
 		func() any { return nonNil(c.PublicEntries()) })
-	// The public sees the pool's size; who is in it, with operators,
-	// gossip scores and leases, is the operator's.
-	serve("/api/network", func() any { return c.Network() })
-	// Live counters are admin-only: they move the moment a real report is
-	// recorded and stay still for a canary's, so a node watching them could
-	// tell its canaries apart.
-	adminGet := func(path string, f func() any) {
-		admin("GET "+path, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, f()) })
+	// The public sees the pool's size and its total credit; who is in it,
+	// with operators, gossip scores and leases, is the operator's.
+	get("/api/network", public, func(accounts.Principal) any { return c.Network() })
+	get("/api/credit", public, func(p accounts.Principal) any { return c.creditReport(p) })
+	get("/api/suites", public, func(accounts.Principal) any { return nonNil(c.suiteViews()) })
+	get("/api/whoami", public, func(p accounts.Principal) any {
+		return map[string]string{"scope": p.Scope.String(), "submitter": p.Submitter, "group": p.Group}
+	})
+	mux.HandleFunc("GET /api/repro/{id}", c.handleReproStatus)
+
+	// A submitter's own group's work (the admin's: everyone's).
+	get("/api/evaluations", submitter, func(p accounts.Principal) any { return nonNil(c.evaluationViews(p)) })
+	route("GET /api/evaluations/{id}", submitter, c.handleEvaluation)
+	route("POST /api/evaluations", submitter, c.handleEvaluate)
+	route("GET /api/attempts", submitter, c.handleAttempts)
+	route("GET /api/attempts/{id}", submitter, c.handleAttempt)
+	route("GET /api/attempts/{id}/logs", submitter, c.handleLogs)
+	route("GET /api/attempts/{id}/outputs", submitter, c.handleOutputs)
+	route("GET /api/attempts/{id}/outputs/{path...}", submitter, c.handleOutput)
+	route("GET /api/attempts/{id}/trajectory", submitter, c.handleTrajectory)
+	get("/api/agents", submitter, func(p accounts.Principal) any { return nonNil(c.agentViews(p)) })
+	route("POST /api/agents", submitter, c.handlePushAgent)
+
+	// The operator's.
+	get("/api/nodes", admin, func(accounts.Principal) any { return nonNil(c.Nodes()) })
+	get("/api/progress", admin, func(accounts.Principal) any { return c.Progress() })
+	get("/api/stats", admin, func(accounts.Principal) any { return c.Stats() })
+	get("/api/crosscheck/nodes", admin, func(accounts.Principal) any { return nonNil(c.CrossCheckNodes()) })
+	get("/api/operators", admin, func(accounts.Principal) any { return nonNil(c.Operators()) })
+	route("GET /api/attempts/{id}/verdict", admin, c.handleVerdict)
+	route("GET /api/reports/{attempt}", admin, c.handleReportEnvelope)
+	route("GET /metrics", admin, func(w http.ResponseWriter, r *http.Request, _ accounts.Principal) {
+		promhttp.HandlerFor(c.metrics, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	})
+	adminOnly := func(f http.HandlerFunc) scopedFunc {
+		return func(w http.ResponseWriter, r *http.Request, _ accounts.Principal) { f(w, r) }
 	}
-	adminGet("/api/nodes", func() any { return nonNil(c.Nodes()) })
-	adminGet("/api/progress", func() any { return c.Progress() })
-	adminGet("/api/stats", func() any { return c.Stats() })
-	adminGet("/api/evaluations", func() any { return nonNil(c.Evaluations()) })
-	admin("GET /api/attempts", func(w http.ResponseWriter, r *http.Request) {
-		atts := c.Attempts()
-		if r.URL.Query().Get("canaries") == "1" {
-			atts = c.AllAttempts()
-		}
-		for i := range atts {
-			if s := atts[i].Score; s != nil {
-				atts[i].Score = &ScoreRecord{Scorer: s.Scorer, Scoring: s.Scoring, Public: s.Public, Value: s.Value}
-			}
-		}
-		writeJSON(w, http.StatusOK, nonNil(atts))
+	route("POST /api/operators", admin, adminOnly(c.handleAdmit))
+	route("POST /api/join-tokens", admin, adminOnly(c.handleNewJoinToken))
+	route("POST /api/repro", admin, adminOnly(c.handleReproSubmit))
+	route("GET /api/repro", admin, func(w http.ResponseWriter, r *http.Request, _ accounts.Principal) {
+		writeJSON(w, http.StatusOK, nonNil(c.reproViews(r.Context())))
 	})
-	admin("GET /api/reports/{attempt}", func(w http.ResponseWriter, r *http.Request) {
-		env, err := c.ReportEnvelope(r.Context(), r.PathValue("attempt"))
-		switch {
-		case errors.Is(err, datastore.ErrNotFound):
-			writeJSON(w, http.StatusNotFound, apiError{err.Error()})
-		case err != nil:
-			writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
-		default:
-			writeJSON(w, http.StatusOK, ReportEnvelopeJSON{AttemptID: r.PathValue("attempt"), Envelope: env})
-		}
-	})
-	admin("GET /api/crosscheck/nodes", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, nonNil(c.CrossCheckNodes()))
-	})
-	admin("GET /metrics", promhttp.HandlerFor(c.metrics, promhttp.HandlerOpts{}).ServeHTTP)
-	admin("POST /api/evaluations", c.handleEvaluate)
-	adminGet("/api/operators", func() any { return nonNil(c.Operators()) })
-	admin("POST /api/operators", c.handleAdmit)
-	admin("POST /api/join-tokens", c.handleNewJoinToken)
-	admin("POST /api/repro", c.handleReproSubmit)
-	mux.HandleFunc("GET /api/repro/{id}", func(w http.ResponseWriter, r *http.Request) {
-		st, err := c.ReproStatus(r.Context(), r.PathValue("id"))
-		switch {
-		case errors.Is(err, errNoRepro):
-			writeJSON(w, http.StatusNotFound, apiError{err.Error()})
-		case err != nil:
-			writeJSON(w, http.StatusInternalServerError, apiError{err.Error()})
-		default:
-			writeJSON(w, http.StatusOK, st)
-		}
-	})
-	return mux
+	c.accountRoutes(route)
 }
 
-// authorized checks the admin bearer token, answering 403 when the
-// coordinator has none (the admin API is off) and 401 when the request
-// does not carry it.
-func (c *Coordinator) authorized(w http.ResponseWriter, r *http.Request) bool {
-	if c.cfg.AdminToken == "" {
-		writeJSON(w, http.StatusForbidden, apiError{"the admin API is off: the coordinator has no admin token (--admin-token-file)"})
-		return false
+// allow resolves who makes r and whether that is at least scope min. It
+// answers 401 for a missing, malformed, unknown or revoked token, 403 for
+// a valid token of too small a scope (or an admin route while the admin
+// API is off).
+func (c *Coordinator) allow(w http.ResponseWriter, r *http.Request, min accounts.Scope) (accounts.Principal, bool) {
+	if min == accounts.ScopeAdmin && c.cfg.AdminToken == "" {
+		writeJSON(w, http.StatusForbidden, apiError{errNoAdmin.Error()})
+		return accounts.Principal{}, false
 	}
-	if !c.bearer(r) {
-		writeJSON(w, http.StatusUnauthorized, apiError{"missing or wrong bearer token"})
-		return false
+	p, err := c.principal(r, false)
+	switch {
+	case err != nil:
+		writeJSON(w, http.StatusUnauthorized, apiError{err.Error()})
+	case p.Scope >= min:
+		return p, true
+	case p.Scope == accounts.ScopePublic:
+		writeJSON(w, http.StatusUnauthorized, apiError{"missing bearer token: this needs a submitter's or the admin's token"})
+	default:
+		writeJSON(w, http.StatusForbidden, apiError{"admin only: a submitter's token does not open " + r.URL.Path})
 	}
-	return true
+	return accounts.Principal{}, false
 }
 
-// bearer reports whether r carries the admin token (which must be set).
-func (c *Coordinator) bearer(r *http.Request) bool {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(token), []byte(c.cfg.AdminToken)) == 1
+func (c *Coordinator) handleReportEnvelope(w http.ResponseWriter, r *http.Request, _ accounts.Principal) {
+	env, err := c.ReportEnvelope(r.Context(), r.PathValue("attempt"))
+	switch {
+	case errors.Is(err, datastore.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, apiError{err.Error()})
+	case err != nil:
+		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
+	default:
+		writeJSON(w, http.StatusOK, ReportEnvelopeJSON{AttemptID: r.PathValue("attempt"), Envelope: env})
+	}
+}
+
+func (c *Coordinator) handleReproStatus(w http.ResponseWriter, r *http.Request) {
+	st, err := c.ReproStatus(r.Context(), r.PathValue("id"))
+	switch {
+	case errors.Is(err, errNoRepro):
+		writeJSON(w, http.StatusNotFound, apiError{err.Error()})
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, apiError{err.Error()})
+	default:
+		writeJSON(w, http.StatusOK, st)
+	}
 }
 
 // snapshots holds what each public board path served last, and when it
@@ -191,16 +221,21 @@ type ReportEnvelopeJSON struct {
 	Envelope  []byte `json:"envelope"`
 }
 
-// EvaluationRequest is the body of POST /api/evaluations.
+// EvaluationRequest is the body of POST /api/evaluations. A submitter's
+// is for its own group (Group empty or its group's) and one of its
+// group's agents, and leaves Replicas to the cross-check policy.
 type EvaluationRequest struct {
-	ID       string   `json:"id"`
-	Suite    string   `json:"suite"`
-	Agent    string   `json:"agent"`
-	Levels   []string `json:"levels"`
-	Runs     int      `json:"runs"`
-	Replicas int      `json:"replicas"`
-	Group    string   `json:"group"`
-	Priority int      `json:"priority"`
+	ID       string      `json:"id"`
+	Suite    string      `json:"suite"`
+	Agent    string      `json:"agent"`
+	Levels   []string    `json:"levels"`
+	Runs     int         `json:"runs"`
+	Replicas int         `json:"replicas"`
+	Group    string      `json:"group"`
+	Priority int         `json:"priority"`
+	Env      []string    `json:"env,omitempty"`
+	Models   []string    `json:"models,omitempty"`
+	Budget   core.Budget `json:"budget,omitzero"`
 }
 
 // EvaluationResponse answers POST /api/evaluations.
@@ -226,22 +261,6 @@ func decodeRequest(w http.ResponseWriter, r *http.Request, what string, v any) b
 	return true
 }
 
-func (c *Coordinator) handleEvaluate(w http.ResponseWriter, r *http.Request) {
-	var req EvaluationRequest
-	if !decodeRequest(w, r, "evaluation request", &req) {
-		return
-	}
-	e := Evaluation{ID: req.ID, Suite: req.Suite, Agent: req.Agent, Runs: req.Runs, Replicas: req.Replicas,
-		Group: req.Group, Priority: req.Priority}
-	e.Levels = req.Levels
-	id, n, err := c.Evaluate(r.Context(), e)
-	if err != nil {
-		writeJSON(w, evaluateStatus(err), apiError{err.Error()})
-		return
-	}
-	writeJSON(w, http.StatusOK, EvaluationResponse{ID: id, Attempts: n})
-}
-
 // writeJSON answers with v as JSON. v is encoded before anything is sent,
 // so a value that cannot be encoded is a 500 with the reason, never a 200
 // with an empty body.
@@ -252,6 +271,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		body, _ = json.Marshal(apiError{"encode response: " + err.Error()})
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
 }

@@ -139,12 +139,16 @@ func TestAPI(t *testing.T) {
 		t.Fatal("no entry with a CPU time")
 	}
 
-	// Without a token configured the admin API is off.
+	// Without a token configured the admin API is off; what a submitter
+	// may do still asks for a (submitter's) token.
 	c.cfg.AdminToken = ""
-	for _, p := range []string{"POST /api/evaluations", "GET /api/attempts", "GET /api/reports/" + first} {
-		method, path, _ := strings.Cut(p, " ")
-		if rec := do(c.Handler(), method, path, "", body); rec.Code != http.StatusForbidden {
-			t.Fatalf("read-only API answered %s with %d", p, rec.Code)
+	for _, p := range []struct {
+		route  string
+		status int
+	}{{"POST /api/evaluations", 401}, {"GET /api/attempts", 401}, {"GET /api/reports/" + first, 403}} {
+		method, path, _ := strings.Cut(p.route, " ")
+		if rec := do(c.Handler(), method, path, "", body); rec.Code != p.status {
+			t.Fatalf("API without an admin token answered %s with %d, want %d", p.route, rec.Code, p.status)
 		}
 	}
 }

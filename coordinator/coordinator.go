@@ -15,7 +15,9 @@
 // its effects carried out), gossip.go (announcements), dispatch.go
 // (scheduling rounds, offers, leases), ingest.go and outputs.go (reports
 // and their outputs), score.go (scoring workers), reproduce.go,
-// admission.go, leaderboard.go, api.go, metrics.go.
+// admission.go, leaderboard.go, metrics.go; people's access (accounts,
+// scopes, the JSON API and the dashboard's pages) in web.go, web_data.go,
+// web_pages.go and api*.go.
 //
 // It must not run containers or touch a node's files (that is the node's
 // job), and must not decide anything about an attempt's life itself: that
@@ -305,6 +307,9 @@ type Coordinator struct {
 	// joinTokens are the join tokens by hash (admission.go).
 	joinTokens map[string]*JoinToken
 	closed     bool
+
+	// web is people's access: accounts, the dashboard (web.go).
+	web *web
 }
 
 // New starts a coordinator: opens its datastore, restores its state,
@@ -396,6 +401,9 @@ func (c *Coordinator) start(ctx context.Context, key crypto.PrivKey, secret []by
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	if err := c.startModels(runCtx, secret); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	if err := c.startWeb(runCtx, secret); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	h.SetStreamHandler(proto.LeaseProtocol, c.handleLease)

@@ -195,6 +195,7 @@ func (n *Node) runAttempt(ctx context.Context, coord peer.ID, a *proto.Assignmen
 	leaseLost := make(chan string, 1)
 	var ph phase
 	ph.set("fetching")
+	defer n.track(coord, a, &ph)()
 	n.goLoop(func() { n.renewLease(ctx, coord, a, &ph, leaseLost, cancel) })
 
 	started := time.Now()

@@ -125,7 +125,7 @@ func TestExecuteEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	capsule := addToStore(t, ctx, n, tb)
-	def, err := family.Def("sample", sample.Tasks(), "", "")
+	def, err := family.Def("sample-medium", sample.MediumTasks(), "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,9 @@ func TestExecuteEnvironment(t *testing.T) {
 	}
 
 	t.Run("oracle in the environment", func(t *testing.T) {
+		start := time.Now()
 		rep, err := run(t, "oracle", medium())
+		t.Logf("a job in an environment pulled and built now: %v", time.Since(start))
 		if err != nil {
 			t.Fatalf("execute: %v", err)
 		}

@@ -238,6 +238,8 @@ type Node struct {
 	seq      uint64
 	lastAnn  time.Time
 	closed   bool
+	// tracked are the running attempts, for the status (status.go).
+	tracked map[runKey]*trackedRun
 	// imports serialises the lookup and import of each agent image, so
 	// that one CID is imported once while others import beside it.
 	imports keyedMutex

@@ -162,6 +162,9 @@ func (n *Node) deliverAll(ctx context.Context) (retry bool) {
 			n.log.Error("report refused by coordinator; dropped", "attempt", e.Key, "err", ack.GetError())
 		default:
 			n.log.Info("report delivered", "attempt", ack.GetAttemptId(), "duplicate", ack.GetDuplicate(), "late", ack.GetLate())
+			if !ack.GetDuplicate() && !ack.GetLate() {
+				n.credit(ctx, ob.Envelope)
+			}
 		}
 		if err := n.removeReport(ctx, datastore.NewKey(e.Key)); err != nil {
 			// Sent again later: the coordinator acknowledges it as a duplicate.

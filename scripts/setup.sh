@@ -2,7 +2,8 @@
 # Installs what repronet's demo and tests need on a fresh Debian machine
 # (as root): containerd and runc (the sandbox), busybox-static (the sample
 # agents), iproute2, e2fsprogs and nftables (disk quotas, egress rules),
-# debootstrap (the sandbox's Debian test image). Go 1.26 must be on the machine (/usr/local/go).
+# debootstrap (the sandbox's Debian test image), chromium (the dashboard's browser tests drive it
+# headless). Go 1.26 must be on the machine (/usr/local/go).
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
 
@@ -16,6 +17,7 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 [ -x /usr/sbin/iptables ] || need+=(iptables)     # the NAT test's firewall rule
 [ -x /usr/sbin/debootstrap ] || need+=(debootstrap) # the sandbox's Debian test image (apt, pip)
 command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)  # the package tests' .deb files
+command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the dashboard's browser tests
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -33,8 +33,8 @@ func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	network := fs.String("network", coordinator.DefaultNetwork, "network name (the nodes' capacity topic); coordinators of one network share its nodes")
 	var listen stringList
 	fs.Var(&listen, "listen", "libp2p listen multiaddr, repeatable (default /ip4/0.0.0.0/tcp/4001)")
-	httpAddr := fs.String("http", "127.0.0.1:8080", "address of the HTTP API (public: /api/leaderboards, /api/leaderboard/entries, /api/leaderboard, /api/network, /api/repro/ID; admin: /api/nodes, /api/operators, /api/progress, /api/stats, /api/evaluations, /api/attempts, /api/reports/ID, /api/crosscheck/nodes, /metrics (Prometheus), POST /api/evaluations, /api/repro, /api/operators and /api/join-tokens); empty to disable")
-	adminTokenFile := fs.String("admin-token-file", "", "file holding the bearer token of the admin API (submitting evaluations and reproducibility checks, attempts, reports); without it the API is public and read-only")
+	httpAddr := fs.String("http", "127.0.0.1:8080", "address of the HTTP API and the dashboard (public: the leaderboards, the pool's size and credit, reproducibility checks by ID; submitters, with a token of their group: their agents, evaluations and attempts; admin: everything, /metrics included; see docs/api.md); empty to disable")
+	adminTokenFile := fs.String("admin-token-file", "", "file holding the bearer token of the admin API (accounts: repronet admin; every attempt, report and node; reproducibility checks); without it the admin endpoints are off and no submitter can be made")
 	joinTokenFile := fs.String("join-token-file", "", "file holding a standing join token (created with a new random token if missing): a node started with the same file is admitted, and its operator counts as independent of other admitted operators")
 	var admitOps stringList
 	fs.Var(&admitOps, "admit-operator", "peer ID of an operator (the key of its nodes' operator certificates, or a node's own ID) to admit, repeatable")

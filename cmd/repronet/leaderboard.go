@@ -181,6 +181,10 @@ func (c *apiClient) do(ctx context.Context, method, path string, body io.Reader,
 		}
 		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
 	}
+	if raw, ok := out.(*[]byte); ok { // the body as it is (an output file)
+		*raw = data
+		return nil
+	}
 	if err := json.Unmarshal(data, out); err != nil {
 		return fmt.Errorf("%s %s: decode: %w", method, path, err)
 	}

@@ -31,9 +31,15 @@ Commands:
   grade         grade one report.json against a CORE-Bench task file, as the coordinator does
   leaderboard   print a coordinator's leaderboards (--api URL): text, --json, or --hal DIR for HAL _UPLOAD.json files
   repro         reproducibility checks: submit TARBALL --spec S --runs K [--wait], status ID, check --spec S RUN_DIR...
+  admin         the operator's accounts: groups (quota), submitters, tokens (make, list, revoke)
+  agent         push an agent image for your group (agent push NAME OCI_TARBALL), list them
+  eval          start an evaluation of your agent, watch it (progress, then the board), list them
+  attempt       an attempt's logs, trajectory (model calls) and outputs
+  node status   a running node's slots, attempts, cache and credit (from its --metrics address)
   version       print the version
 
-Run 'repronet <command> --help' for a command's flags.
+Run 'repronet <command> --help' for a command's flags. The commands that talk to a
+coordinator take --api URL (or $REPRONET_API) and --token-file (or $REPRONET_TOKEN).
 `
 
 func main() {
@@ -64,6 +70,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"grade":       runGrade,
 		"leaderboard": runLeaderboard,
 		"repro":       runRepro,
+		"admin":       runAdmin,
+		"agent":       runAgent,
+		"eval":        runEval,
+		"attempt":     runAttempt,
 		"version": func(context.Context, []string, io.Writer, io.Writer) error {
 			fmt.Fprintln(stdout, "repronet", version)
 			return nil

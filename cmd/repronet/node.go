@@ -24,7 +24,10 @@ import (
 )
 
 func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("node", "node --coordinator MULTIADDR [flags]", stderr)
+	if len(args) > 0 && args[0] == "status" {
+		return runNodeStatus(ctx, args[1:], stdout, stderr)
+	}
+	fs := newFlags("node", "node --coordinator MULTIADDR [flags] | node status [--metrics ADDR]", stderr)
 	dataDir := fs.String("data", defaultDataDir("node"), "data folder: identity key, capsule cache, report outbox, and the sandbox's state (attempts' workspace images, in DATA/sandbox)")
 	diskReserve := byteSize(node.DefaultDiskReserve)
 	fs.Var(&diskReserve, "disk-reserve", "free space the data folder keeps: below it nothing more is written there, assignments are declined as busy and finished reports wait in memory until there is room; bytes, or with a K, M, G or T suffix")
@@ -54,7 +57,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Var(&mirrors, "registry-mirror", "REGISTRY=URL, repeatable: a mirror tried first for images of that registry (e.g. docker.io=http://mirror.lan:5000); its host and port are allowed too")
 	fs.Var(&baseImages, "base-image", "OCI image-layout tarball, repeatable: imported at start under the names it carries, so that environments built FROM them need no pull (an offline node)")
 	fs.Var(&permits, "egress-permit", "IPv4 or IPv6 prefix, repeatable: an address the node's egress proxy (jobs' and registry pulls') may reach although it is not public, e.g. a mirror on your LAN (10.0.0.5/32)")
-	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9101; default: off), within the --http-* limits")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics, the node's status at /status (JSON, read by repronet node status) and a status page at / (e.g. 127.0.0.1:9101; default: off), within the --http-* limits")
 	httpLimits := httpLimitFlags(fs)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
@@ -134,6 +137,8 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *metricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", nd.MetricsHandler())
+		mux.Handle("GET /status", nd.StatusHandler())
+		mux.Handle("GET /{$}", nd.StatusPage())
 		srv, err := httpserve.Start(ctx, *metricsAddr, mux, limits, log)
 		if err != nil {
 			nd.Close()

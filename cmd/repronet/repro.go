@@ -269,7 +269,7 @@ func interleave(args []string) []string {
 
 func boolFlag(name string) bool {
 	switch name {
-	case "wait", "json", "h", "help":
+	case "wait", "json", "h", "help", "deterministic", "watch":
 		return true
 	}
 	return false

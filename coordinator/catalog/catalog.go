@@ -16,6 +16,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/ipfs/go-datastore"
@@ -236,6 +238,30 @@ func (c *Catalog) Agent(name string) (Agent, bool) {
 	defer c.mu.RUnlock()
 	a, ok := c.agents[name]
 	return a, ok
+}
+
+// Agents returns every registered agent, by name.
+func (c *Catalog) Agents() []Agent {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]Agent, 0, len(c.agents))
+	for _, a := range c.agents {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b Agent) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// SuiteNames lists the imported suites, sorted.
+func (c *Catalog) SuiteNames() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]string, 0, len(c.suites))
+	for n := range c.suites {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Content returns imported content.

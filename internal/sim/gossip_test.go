@@ -38,7 +38,10 @@ type lpeer struct {
 	scores map[peer.ID]float64
 }
 
-func newLPeer(ctx context.Context, t *testing.T, opts ...pubsub.Option) *lpeer {
+// newRawPeer is a host without a gossipsub router: what it sends on
+// gossipsub streams it writes by hand (OpenRaw), and no router of its own
+// opens a stream that would replace them.
+func newRawPeer(t *testing.T) *lpeer {
 	t.Helper()
 	key, _, err := crypto.GenerateEd25519Key(nil)
 	if err != nil {
@@ -49,15 +52,22 @@ func newLPeer(ctx context.Context, t *testing.T, opts ...pubsub.Option) *lpeer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	p := &lpeer{h: h, key: key, count: &Counter{}, seq: uint64(time.Now().UnixNano()), got: map[peer.ID]int{},
+	return &lpeer{h: h, key: key, count: &Counter{}, seq: uint64(time.Now().UnixNano()), got: map[peer.ID]int{},
 		scores: map[peer.ID]float64{}}
+}
+
+// newLPeer is a peer with a gossipsub router of its own.
+func newLPeer(ctx context.Context, t *testing.T, opts ...pubsub.Option) *lpeer {
+	t.Helper()
+	p := newRawPeer(t)
 	p.count.On.Store(true)
+	var err error
 	opts = append(opts, pubsub.WithRawTracer(p.count), pubsub.WithPeerScoreInspect(func(m map[peer.ID]float64) {
 		p.mu.Lock()
 		p.scores = m
 		p.mu.Unlock()
 	}, 100*time.Millisecond))
-	if p.ps, err = pubsub.NewGossipSub(ctx, h, opts...); err != nil {
+	if p.ps, err = pubsub.NewGossipSub(ctx, p.h, opts...); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -236,7 +246,9 @@ func TestNodeRelaysNothing(t *testing.T) {
 			c := r.coordinator(ctx, t)
 			n := r.node(ctx, t, c)
 			n.connect(ctx, t, c)
-			attacker := newLPeer(ctx, t, proto.GossipOptions(testNet, nil)...)
+			// Without a router of its own: its router's stream to the
+			// node, opened late under load, would replace the raw one.
+			attacker := newRawPeer(t)
 			DiscardRaw(attacker.h)
 			attacker.connect(ctx, t, n)
 			eventually(ctx, t, 5*time.Second, "the node sees the coordinator subscribed", func() bool { return len(n.topic.ListPeers()) >= 1 })

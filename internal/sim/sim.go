@@ -160,6 +160,9 @@ type Result struct {
 	// coordinator's view.
 	Sent      int
 	Delivered float64
+	// MsgsPerAnnouncement is what the nodes sent per announcement they
+	// published in the window (publish-only: one per coordinator).
+	MsgsPerAnnouncement float64
 	// Delays are, sorted, the times from a node's publish to a
 	// coordinator's view, for the announcements of the window.
 	Delays []time.Duration
@@ -381,6 +384,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := sleep(ctx, cfg.Warmup); err != nil {
 		return res, err
 	}
+	// The warm-up is over once every publisher hears every coordinator's
+	// subscription (under load that takes longer than Warmup): before,
+	// what a node publishes reaches no one, which says nothing of the
+	// design.
+	if err := waitSubscribed(ctx, nodes[:cfg.Publishers], coordIDs); err != nil {
+		return res, err
+	}
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -470,7 +480,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	wg.Wait()
 
 	perSec := f / elapsed.Seconds()
+	var out float64
 	for _, n := range nodes {
+		out += n.count.Load().MsgsOut
 		l := n.count.Load().scale(perSec)
 		res.Node = res.Node.add(l)
 		res.NodeMax = res.NodeMax.max(l)
@@ -484,6 +496,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	defer mu.Unlock()
 	if want > 0 {
 		res.Delivered = float64(received) / float64(want)
+	}
+	if res.Sent > 0 {
+		res.MsgsPerAnnouncement = out / float64(res.Sent)
 	}
 	res.Delays = slices.Clone(delays)
 	slices.Sort(res.Delays)
@@ -543,4 +558,24 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// waitSubscribed waits until each node's topic lists every coordinator as
+// a subscriber (at most a minute).
+func waitSubscribed(ctx context.Context, nodes []*simPeer, coords []peer.ID) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for _, n := range nodes {
+		for {
+			listed := n.topic.ListPeers()
+			missing := slices.ContainsFunc(coords, func(c peer.ID) bool { return !slices.Contains(listed, c) })
+			if !missing {
+				break
+			}
+			if err := sleep(ctx, 20*time.Millisecond); err != nil {
+				return fmt.Errorf("sim: node %s does not hear every coordinator's subscription: %w", n.h.ID(), err)
+			}
+		}
+	}
+	return nil
 }

@@ -53,7 +53,7 @@ func TestScoreOutputs(t *testing.T) {
 // has one, built with environment/ as context), the agent's image at
 // /agent; the recipe passes the one validator nodes apply.
 func TestRecipeEnvironment(t *testing.T) {
-	def, err := Def("sample", sample.Tasks(), "", "")
+	def, err := Def("sample-medium", sample.MediumTasks(), "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestRecipeEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := cid.Decode("bafkreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy")
-	task := s.Tasks()[3]
+	task := s.Tasks()[0]
 	for _, level := range []string{"easy", "medium", "hard"} {
 		r, err := s.Recipe(bench.RecipeInput{Task: task, Variant: level, Stage: Stage, Image: c, Content: map[string]cid.Cid{task.ID: c},
 			Limits: &proto.Limits{CpuMillis: 1000, MemoryBytes: 4 << 30, WallSeconds: 60}})

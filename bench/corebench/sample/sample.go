@@ -1,7 +1,10 @@
-// Package sample owns repronet's sample CORE-Bench suite: four small
-// synthetic capsules in the real CORE-Bench tarball layout, their task file
-// in CORE-Bench's format, and two agents (an oracle and a wrong one) as
-// files for a busybox image. The demo and the integration tests run it.
+// Package sample owns repronet's sample CORE-Bench suites: small
+// synthetic capsules in the real CORE-Bench tarball layout, task files in
+// CORE-Bench's format, and two agents (an oracle and a wrong one) as files
+// for a busybox image. The sample suite (Tasks, CapsuleIDs: three
+// capsules) is what the demo and the integration tests run; the sample
+// Medium suite (MediumTasks, MediumCapsuleIDs) holds a capsule whose
+// results need its environment, for the Medium tests.
 //
 // Every capsule really computes its results from its data with busybox
 // tools (sh, awk, sort): code/run calls code/analysis.sh, which reads
@@ -25,6 +28,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"embed"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"path"
@@ -35,10 +39,14 @@ import (
 	"github.com/repronet/repronet/internal/agentimage"
 )
 
-// tasksJSON is the task file, in CORE-Bench's format.
+// tasksJSON is the sample suite's task file, in CORE-Bench's format;
+// mediumTasksJSON the sample Medium suite's.
 //
 //go:embed tasks.json
 var tasksJSON []byte
+
+//go:embed tasks-medium.json
+var mediumTasksJSON []byte
 
 // capsules holds one folder per capsule, capsules/capsule-NNNNNNN/.
 //
@@ -63,8 +71,21 @@ const BaseImage = "docker.io/library/busybox:1.36"
 // gold runs each, for corebench.ParseTasks.
 func Tasks() []byte { return bytes.Clone(tasksJSON) }
 
-// CapsuleIDs lists the capsules, sorted.
-func CapsuleIDs() []string {
+// MediumTasks returns the sample Medium suite's task file (a fresh copy):
+// capsule-0000004, whose code needs a tool its environment/Dockerfile
+// installs, three gold runs, for corebench.ParseTasks.
+func MediumTasks() []byte { return bytes.Clone(mediumTasksJSON) }
+
+// CapsuleIDs lists the sample suite's capsules (those of Tasks), sorted.
+func CapsuleIDs() []string { return taskCapsules(tasksJSON) }
+
+// MediumCapsuleIDs lists the sample Medium suite's capsules (those of
+// MediumTasks), sorted.
+func MediumCapsuleIDs() []string { return taskCapsules(mediumTasksJSON) }
+
+// AllCapsuleIDs lists every capsule here, sorted: those of the task files
+// and those no task names.
+func AllCapsuleIDs() []string {
 	entries, err := capsules.ReadDir("capsules")
 	if err != nil {
 		return nil // cannot happen: the folder is embedded
@@ -75,6 +96,22 @@ func CapsuleIDs() []string {
 			ids = append(ids, e.Name())
 		}
 	}
+	return ids
+}
+
+// taskCapsules lists the capsules a task file names, sorted.
+func taskCapsules(taskFile []byte) []string {
+	var tasks []struct {
+		CapsuleID string `json:"capsule_id"`
+	}
+	if err := json.Unmarshal(taskFile, &tasks); err != nil {
+		return nil // cannot happen: the task files are embedded and tested
+	}
+	var ids []string
+	for _, t := range tasks {
+		ids = append(ids, t.CapsuleID)
+	}
+	slices.Sort(ids)
 	return ids
 }
 
@@ -98,8 +135,8 @@ func fileMode(rel string) int64 {
 // and gid 0, directories 0755, files 0644 except code/run, *.sh and
 // code/vendor/* (0755), USTAR headers, no gzip name or time.
 func CapsuleTarball(id string) ([]byte, error) {
-	if !slices.Contains(CapsuleIDs(), id) {
-		return nil, fmt.Errorf("sample capsule %q: no such capsule (have %s)", id, strings.Join(CapsuleIDs(), ", "))
+	if !slices.Contains(AllCapsuleIDs(), id) {
+		return nil, fmt.Errorf("sample capsule %q: no such capsule (have %s)", id, strings.Join(AllCapsuleIDs(), ", "))
 	}
 	var buf bytes.Buffer
 	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)

@@ -24,14 +24,23 @@ import (
 
 const busybox = "/bin/busybox"
 
+// parseTasks reads the tasks of both sample suites: the sample suite's
+// then the Medium suite's.
 func parseTasks(t *testing.T) []corebench.Task {
 	t.Helper()
 	tasks, err := corebench.ParseTasks(Tasks())
 	if err != nil {
 		t.Fatalf("ParseTasks(sample tasks.json): %v", err)
 	}
-	return tasks
+	medium, err := corebench.ParseTasks(MediumTasks())
+	if err != nil {
+		t.Fatalf("ParseTasks(sample tasks-medium.json): %v", err)
+	}
+	return append(tasks, medium...)
 }
+
+// taskCapsuleIDs are the capsules the sample suites' tasks name.
+func taskCapsuleIDs() []string { return append(CapsuleIDs(), MediumCapsuleIDs()...) }
 
 // questionRe is how every sample question names its answer.
 func questionRe() *regexp.Regexp {
@@ -121,8 +130,13 @@ func TestTasks(t *testing.T) {
 			t.Errorf("%s: the published results do not answer the task: %v %+v", task.CapsuleID, err, v.Questions)
 		}
 	}
-	if !reflect.DeepEqual(ids, CapsuleIDs()) || len(ids) < 3 {
-		t.Errorf("tasks %v, capsules %v", ids, CapsuleIDs())
+	if !reflect.DeepEqual(ids, taskCapsuleIDs()) || len(CapsuleIDs()) != 3 || len(MediumCapsuleIDs()) != 1 {
+		t.Errorf("tasks %v, capsules %v and %v", ids, CapsuleIDs(), MediumCapsuleIDs())
+	}
+	for _, id := range ids {
+		if !slices.Contains(AllCapsuleIDs(), id) {
+			t.Errorf("task %s names no capsule here (%v)", id, AllCapsuleIDs())
+		}
 	}
 	for _, k := range []string{"int", "float", "string", "list", "fig string", "fig float", "fig int"} {
 		if kinds[k] == 0 {
@@ -135,7 +149,7 @@ func TestTasks(t *testing.T) {
 }
 
 func TestCapsuleTarball(t *testing.T) {
-	for _, id := range CapsuleIDs() {
+	for _, id := range AllCapsuleIDs() {
 		a, err := CapsuleTarball(id)
 		if err != nil {
 			t.Fatal(err)
@@ -359,7 +373,7 @@ func environmentPath(t *testing.T, capsule string) string {
 func TestRunScriptsReproduceResults(t *testing.T) {
 	bin := busyboxPath(t)
 	needy := 0
-	for _, id := range CapsuleIDs() {
+	for _, id := range taskCapsuleIDs() {
 		dir := extract(t, id, t.TempDir())
 		published := readTree(t, filepath.Join(dir, "results"))
 		if len(published) == 0 {

@@ -1,0 +1,320 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/repronet/repronet/bench/corebench/family"
+	"github.com/repronet/repronet/bench/corebench/sample"
+	"github.com/repronet/repronet/coordinator/core"
+	"github.com/repronet/repronet/gateway/modelnet"
+	"github.com/repronet/repronet/internal/modelsim"
+	"github.com/repronet/repronet/proto"
+	"github.com/repronet/repronet/sandbox/ociimage"
+)
+
+// people is a coordinator with real finished evaluations of two groups,
+// as people reach it over HTTP: lab-a's submitter ann evaluated agent
+// solver-a (two runs of the sample suite's easy level; it gets the first
+// task wrong in run 1, and makes two model calls an attempt), lab-b's bob
+// evaluated solver-b (one run; it gets the second task wrong, one model
+// call an attempt). Two wire nodes of distinct operators ran every
+// replica, calling the metered gateway (in front of modelsim) through
+// their node-local endpoints; then a third node was given a canary of
+// lab-a's work. carl of lab-a was revoked.
+type people struct {
+	c   *Coordinator
+	srv *httptest.Server
+	// Tokens.
+	admin, ann, bob, carl string
+	// evA and evB are the two evaluations.
+	evA, evB string
+	// tasks are the sample suite's tasks, sorted.
+	tasks []string
+	// canary is the canary's attempt ID (lab-a's group).
+	canary string
+	// repro is a reproducibility check whose three runs gave 7, 7 and 8.
+	repro string
+	nodes []*wireNode
+}
+
+const (
+	peopleAdmin = "people-admin-token-0123456789"
+	// Each model call: 1000 input tokens at $1/M and 250 output at $4/M.
+	callUSD = 0.002
+)
+
+// newPeople builds the fixture.
+func newPeople(t *testing.T) *people {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, _ := modelCoordinator(t, modelsim.Sequence(modelsim.Reply{Content: "the figure is 0.96",
+		Usage: modelsim.Usage{Prompt: 1000, Completion: 250}}), func(cfg *Config) {
+		cfg.AdminToken = peopleAdmin
+		cfg.OpenOperators = true
+	})
+	f := &people{c: c, admin: peopleAdmin}
+	f.srv = httptest.NewServer(c.Handler())
+	t.Cleanup(f.srv.Close)
+
+	f.post(t, f.admin, "/api/groups", `{"name":"lab-a","max_pending":100}`, nil)
+	f.post(t, f.admin, "/api/groups", `{"name":"lab-b","max_pending":100}`, nil)
+	for _, s := range []struct {
+		name, group string
+		token       *string
+	}{{"ann", "lab-a", &f.ann}, {"bob", "lab-b", &f.bob}, {"carl", "lab-a", &f.carl}} {
+		var resp NewTokenResponse
+		f.post(t, f.admin, "/api/submitters", fmt.Sprintf(`{"name":%q,"group":%q}`, s.name, s.group), &resp)
+		*s.token = resp.Token
+	}
+	f.post(t, f.admin, "/api/submitters/carl/revoke", "", nil)
+	f.pushAgent(t, f.ann, "solver-a", "sim-1")
+	f.pushAgent(t, f.bob, "solver-b", "sim-1")
+
+	s, _ := c.catalog.LookupSuite(testSuite)
+	for id := range s.Tasks {
+		f.tasks = append(f.tasks, id)
+	}
+	slices.Sort(f.tasks)
+	for range 2 {
+		w := newWireNode(ctx, t, c, 4)
+		w.report = f.agentRun(w)
+		f.nodes = append(f.nodes, w)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	for _, w := range f.nodes {
+		w.announceEvery(runCtx, time.Second)
+	}
+	var ev EvaluationResponse
+	f.post(t, f.ann, "/api/evaluations", `{"suite":"sample","agent":"solver-a","levels":["easy"],"runs":2,"models":["sim-1"]}`, &ev)
+	f.evA = ev.ID
+	f.post(t, f.bob, "/api/evaluations", `{"suite":"sample","agent":"solver-b","levels":["easy"],"models":["sim-1"]}`, &ev)
+	f.evB = ev.ID
+	waitUntil(ctx, t, "every unit decided", func() bool {
+		p := c.Progress()
+		return p.Units == 9 && p.Decided == p.Units && p.Queued+p.Assigned+p.Reported == 0
+	})
+
+	// A third node is given a canary of lab-a's work, and runs it.
+	w3 := newWireNode(ctx, t, c, 1)
+	w3.report = f.agentRun(w3)
+	w3.announce(ctx)
+	f.nodes = append(f.nodes, w3)
+	// Canaries replay validated units at random: probe until one replays
+	// lab-a's work (the others are run and kept).
+	for range 9 {
+		fx, _ := c.step(ctx, core.Probe{Node: w3.id().String()})
+		id, ok := fx.Reply.(string)
+		if !ok {
+			t.Fatalf("no canary for the third node: %v", fx.Reply)
+		}
+		c.kick()
+		waitUntil(ctx, t, "the canary done", func() bool {
+			a, _ := c.Attempt(id)
+			return a.State == StateDone
+		})
+		if a, _ := c.Attempt(id); a.Group == "lab-a" {
+			if a.Model == nil {
+				t.Fatalf("canary %s made no model call", id)
+			}
+			f.canary = id
+			break
+		}
+	}
+	if f.canary == "" {
+		t.Fatal("no canary of lab-a's work in 9 probes")
+	}
+
+	// A reproducibility check of a sample capsule: three runs on the three
+	// nodes, each returning the rule's file.
+	w3.announceEvery(runCtx, time.Second)
+	tb, err := sample.CapsuleTarball("capsule-0000002")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := `{"capsule": {"field": "F", "language": "Shell", "capsule_title": "T", "capsule_id": "capsule-0000002", "capsule_doi": "", "task_prompt": "Run it."},
+	 "rules": [{"question": "Report the number of time points.", "file": "results/growth.txt", "kind": "regex", "expr": "(?m)^n_timepoints (\\S+)$", "type": "number"}]}`
+	body, ct := reproBody(t, spec, tb)
+	code, resp := f.request(f.admin, "POST", "/api/repro", strings.NewReader(body), ct)
+	var rr ReproResponse
+	if code != 200 || json.Unmarshal([]byte(resp), &rr) != nil {
+		t.Fatalf("submit a check: %d %s", code, resp)
+	}
+	f.repro = rr.ID
+	c.kick()
+	waitUntil(ctx, t, "the check done", func() bool {
+		st, err := c.ReproStatus(ctx, f.repro)
+		return err == nil && st.State == ReproDone
+	})
+	return f
+}
+
+// agentRun is what the wire node w does with an assignment: the agent's
+// model calls through the node's endpoint, then a report.
+func (f *people) agentRun(w *wireNode) func(*proto.Assignment) *proto.Report {
+	return func(asg *proto.Assignment) *proto.Report {
+		a, _ := f.c.Attempt(asg.GetAttemptId())
+		if a.Kind == KindCapsuleRun {
+			return f.capsuleRun(w, asg)
+		}
+		calls := 1
+		if a.Agent == "solver-a" {
+			calls = 2
+		}
+		if tok := asg.GetModelToken(); tok != "" {
+			if err := agentCalls(w, asg.GetAttemptId(), tok, calls); err != nil {
+				w.t.Errorf("model calls of %s: %v", asg.GetAttemptId(), err)
+			}
+		}
+		r := w.okReport(asg, f.answer(a))
+		r.StdoutTail = []byte(fmt.Sprintf("agent %s on %s, run %d\nreading results/\n", a.Agent, a.TaskID, a.Run))
+		r.StderrTail = []byte("warning: nothing to worry about\n")
+		return r
+	}
+}
+
+// capsuleRun is a capsule's run script's report: the file its check
+// reads, with 7 time points on two nodes and 8 on the third.
+func (f *people) capsuleRun(w *wireNode, asg *proto.Assignment) *proto.Report {
+	r := w.okReport(asg, "")
+	n := 7
+	if w == f.nodes[len(f.nodes)-1] && len(f.nodes) == 3 {
+		n = 8
+	}
+	path := asg.GetRecipe().GetOutputs()[0].GetPath()
+	info, err := w.store.Add(context.Background(), strings.NewReader(fmt.Sprintf("n_timepoints %d\n", n)))
+	if err != nil {
+		w.t.Errorf("capsule run output: %v", err)
+	}
+	r.Outputs = []*proto.OutputRef{{Path: path, Cid: info.CID.Bytes(), Size: uint64(info.Size)}}
+	return r
+}
+
+// answer is the agent's report.json: the task's gold answers, but for
+// solver-a's run 1 of the first task and solver-b's second task, which
+// they get wrong.
+func (f *people) answer(a Attempt) string {
+	wrong := (a.Agent == "solver-a" && a.Run == 1 && a.TaskID == f.tasks[0]) || (a.Agent == "solver-b" && a.TaskID == f.tasks[1])
+	if wrong {
+		return `{"nothing": 0}`
+	}
+	s, _ := f.c.catalog.LookupSuite(a.Suite)
+	task, _ := s.Bench.(*family.Suite).Task(a.TaskID)
+	b, _ := json.Marshal(task.Results[0])
+	return string(b)
+}
+
+// agentCalls makes n chat calls through a node-local endpoint of w for
+// attempt, as its agent would.
+func agentCalls(w *wireNode, attempt, token string, n int) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	p, err := modelnet.StartProxy(context.Background(), w.h, w.c.ID(), addr, modelnet.ProxyOptions{Attempt: attempt}, testLog(w.t))
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	for i := range n {
+		body := fmt.Sprintf(`{"model":"sim-1","messages":[{"role":"system","content":"You reproduce papers."},{"role":"user","content":"Step %d: what is in results/?"}]}`, i+1)
+		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("call %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	return nil
+}
+
+// pushAgent pushes a small real OCI image as agent name with token.
+func (f *people) pushAgent(t *testing.T, token, name, model string) {
+	t.Helper()
+	var img bytes.Buffer
+	if _, err := ociimage.Build(&img, "repronet.local/agents/"+name+":test", []ociimage.File{
+		{Path: "/agent/run", Mode: 0o755, Data: []byte("#!/bin/sh\necho " + name + "\n")}}, ociimage.Config{Entrypoint: []string{"/agent/run"}}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := f.request(token, "POST", "/api/agents?name="+name+"&deterministic=1&model="+model, &img, "application/x-tar")
+	if code != 200 {
+		t.Fatalf("push %s: %d %s", name, code, body)
+	}
+}
+
+// request sends a request to the fixture's server and returns the status
+// and body.
+func (f *people) request(token, method, path string, body io.Reader, contentType string) (int, string) {
+	req, _ := http.NewRequest(method, f.srv.URL+path, body)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// post posts JSON and decodes the answer into out, failing on anything
+// but 200.
+func (f *people) post(t *testing.T, token, path, body string, out any) {
+	t.Helper()
+	code, resp := f.request(token, "POST", path, strings.NewReader(body), "application/json")
+	if code != 200 {
+		t.Fatalf("POST %s: %d %s", path, code, resp)
+	}
+	if out != nil {
+		if err := json.Unmarshal([]byte(resp), out); err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+	}
+}
+
+// get gets path with token into out, failing on anything but 200.
+func (f *people) get(t *testing.T, token, path string, out any) {
+	t.Helper()
+	code, resp := f.request(token, "GET", path, nil, "")
+	if code != 200 {
+		t.Fatalf("GET %s: %d %s", path, code, resp)
+	}
+	if err := json.Unmarshal([]byte(resp), out); err != nil {
+		t.Fatalf("GET %s: %v: %s", path, err, resp)
+	}
+}
+
+// attemptsOf returns the attempts of evaluation ev (never canaries).
+func (f *people) attemptsOf(ev string) []Attempt {
+	var out []Attempt
+	for _, a := range f.c.Attempts() {
+		if a.Eval == ev {
+			out = append(out, a)
+		}
+	}
+	return out
+}

@@ -1,0 +1,268 @@
+package dashboard
+
+import (
+	"cmp"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Entry is one run of an agent on a task at a variant, as a leaderboard
+// sees it (a bench.Entry with its score's value): no gold answer.
+type Entry struct {
+	Suite   string `json:"suite"`
+	Variant string `json:"level"`
+	// Scoring names what the score depends on besides the agent (grader
+	// and strip rule with versions): boards never mix two.
+	Scoring string `json:"scoring"`
+	Agent   string `json:"agent"`
+	Model   string `json:"model,omitempty"`
+	Task    string `json:"task"`
+	Run     int    `json:"run"`
+	// Status is validated, unvalidated, inconsistent, infra_failed or
+	// pending.
+	Status string `json:"status"`
+	// Value is the score in [0, 1], when scored.
+	Value        *float64 `json:"value,omitempty"`
+	CostUSD      *float64 `json:"cost_usd,omitempty"`
+	InputTokens  int64    `json:"input_tokens,omitempty"`
+	OutputTokens int64    `json:"output_tokens,omitempty"`
+	CPUSeconds   float64  `json:"cpu_seconds,omitempty"`
+	WallSeconds  float64  `json:"wall_seconds,omitempty"`
+}
+
+// Board is one leaderboard: a suite, a variant and one scoring.
+type Board struct {
+	Suite   string `json:"suite"`
+	Variant string `json:"level"`
+	Scoring string `json:"scoring"`
+	// Rows are sorted by accuracy, best first, then agent and model.
+	Rows []Row `json:"rows"`
+}
+
+// Row is one agent (and model) on a board. Only validated runs count
+// toward accuracy, cost, tokens and time; a run is one of the agent's
+// independent runs over the suite's tasks.
+type Row struct {
+	Agent string `json:"agent"`
+	Model string `json:"model,omitempty"`
+	// Runs counts the runs with a validated unit.
+	Runs int `json:"runs"`
+	// Accuracy is the mean over runs of a run's mean score over its
+	// validated units; AccuracyMin and AccuracyMax range over the runs.
+	Accuracy    float64 `json:"accuracy"`
+	AccuracyMin float64 `json:"accuracy_min"`
+	AccuracyMax float64 `json:"accuracy_max"`
+	// CostUSD is the mean over runs of a run's model cost; nil unless
+	// every validated unit was metered.
+	CostUSD *float64 `json:"cost_usd"`
+	// Tokens (input and output), WallSeconds and CPUSeconds are means
+	// over runs of a run's totals.
+	Tokens      float64 `json:"tokens"`
+	WallSeconds float64 `json:"wall_seconds"`
+	CPUSeconds  float64 `json:"cpu_seconds"`
+	// Units by status; VerifiedShare = validated / (validated +
+	// unvalidated + inconsistent), the share of graded units that passed
+	// cross-checking.
+	Validated     int     `json:"validated"`
+	Unvalidated   int     `json:"unvalidated"`
+	Inconsistent  int     `json:"inconsistent"`
+	InfraFailed   int     `json:"infra_failed"`
+	Pending       int     `json:"pending"`
+	VerifiedShare float64 `json:"verified_share"`
+	// Pareto: no other row of the board is as cheap and as accurate with
+	// one of the two strictly better (rows with a cost only).
+	Pareto bool `json:"pareto"`
+}
+
+// BuildBoards makes the boards of entries: one per suite, variant and
+// scoring, in the order the entries first name them; one row per agent
+// and model.
+func BuildBoards(entries []Entry) []Board {
+	type boardKey struct{ suite, variant, scoring string }
+	type rowKey struct{ agent, model string }
+	type run struct {
+		units, sumTokens int64
+		sum, cost        float64
+		costKnown        bool
+		wall, cpu        float64
+	}
+	var order []boardKey
+	rows := map[boardKey]map[rowKey]*Row{}
+	runs := map[boardKey]map[rowKey]map[int]*run{}
+	for _, e := range entries {
+		bk := boardKey{e.Suite, e.Variant, e.Scoring}
+		if rows[bk] == nil {
+			order = append(order, bk)
+			rows[bk], runs[bk] = map[rowKey]*Row{}, map[rowKey]map[int]*run{}
+		}
+		rk := rowKey{e.Agent, e.Model}
+		r := rows[bk][rk]
+		if r == nil {
+			r = &Row{Agent: e.Agent, Model: e.Model}
+			rows[bk][rk], runs[bk][rk] = r, map[int]*run{}
+		}
+		switch e.Status {
+		case "validated":
+			r.Validated++
+		case "unvalidated":
+			r.Unvalidated++
+		case "inconsistent":
+			r.Inconsistent++
+		case "infra_failed":
+			r.InfraFailed++
+		default:
+			r.Pending++
+		}
+		if e.Status != "validated" || e.Value == nil {
+			continue
+		}
+		ru := runs[bk][rk][e.Run]
+		if ru == nil {
+			ru = &run{costKnown: true}
+			runs[bk][rk][e.Run] = ru
+		}
+		ru.units++
+		ru.sum += *e.Value
+		ru.wall += e.WallSeconds
+		ru.cpu += e.CPUSeconds
+		ru.sumTokens += e.InputTokens + e.OutputTokens
+		if e.CostUSD == nil {
+			ru.costKnown = false
+		} else {
+			ru.cost += *e.CostUSD
+		}
+	}
+	out := make([]Board, 0, len(order))
+	for _, bk := range order {
+		b := Board{Suite: bk.suite, Variant: bk.variant, Scoring: bk.scoring}
+		for rk, r := range rows[bk] {
+			nums := slices.Sorted(maps.Keys(runs[bk][rk]))
+			costKnown := len(nums) > 0
+			var cost float64
+			r.AccuracyMin = math.Inf(1)
+			for _, n := range nums {
+				ru := runs[bk][rk][n]
+				acc := ru.sum / float64(ru.units)
+				r.Accuracy += acc
+				r.AccuracyMin, r.AccuracyMax = min(r.AccuracyMin, acc), max(r.AccuracyMax, acc)
+				r.Tokens += float64(ru.sumTokens)
+				r.WallSeconds += ru.wall
+				r.CPUSeconds += ru.cpu
+				cost += ru.cost
+				costKnown = costKnown && ru.costKnown
+			}
+			if r.Runs = len(nums); r.Runs > 0 {
+				k := float64(r.Runs)
+				r.Accuracy, r.Tokens, r.WallSeconds, r.CPUSeconds = r.Accuracy/k, r.Tokens/k, r.WallSeconds/k, r.CPUSeconds/k
+				if costKnown {
+					c := cost / k
+					r.CostUSD = &c
+				}
+			} else {
+				r.AccuracyMin = 0
+			}
+			if graded := r.Validated + r.Unvalidated + r.Inconsistent; graded > 0 {
+				r.VerifiedShare = float64(r.Validated) / float64(graded)
+			}
+			b.Rows = append(b.Rows, *r)
+		}
+		markPareto(b.Rows)
+		slices.SortFunc(b.Rows, func(x, y Row) int {
+			if d := cmp.Compare(y.Accuracy, x.Accuracy); d != 0 {
+				return d
+			}
+			if d := strings.Compare(x.Agent, y.Agent); d != 0 {
+				return d
+			}
+			return strings.Compare(x.Model, y.Model)
+		})
+		out = append(out, b)
+	}
+	return out
+}
+
+// markPareto marks the rows on the cost-accuracy frontier: rows with runs
+// and a cost that no other such row dominates (no more costly, no less
+// accurate, and strictly better in one).
+func markPareto(rows []Row) {
+	for i := range rows {
+		a := &rows[i]
+		if a.Runs == 0 || a.CostUSD == nil {
+			continue
+		}
+		a.Pareto = true
+		for j := range rows {
+			b := rows[j]
+			if j == i || b.Runs == 0 || b.CostUSD == nil {
+				continue
+			}
+			if *b.CostUSD <= *a.CostUSD && b.Accuracy >= a.Accuracy && (*b.CostUSD < *a.CostUSD || b.Accuracy > a.Accuracy) {
+				a.Pareto = false
+				break
+			}
+		}
+	}
+}
+
+// TaskRow is one task of an agent at one variant: each run's result.
+type TaskRow struct {
+	Suite   string    `json:"suite"`
+	Variant string    `json:"level"`
+	Scoring string    `json:"scoring"`
+	Task    string    `json:"task"`
+	Runs    []RunCell `json:"runs"`
+}
+
+// RunCell is one run of a task: its status and score.
+type RunCell struct {
+	Run     int      `json:"run"`
+	Status  string   `json:"status"`
+	Value   *float64 `json:"value,omitempty"`
+	CostUSD *float64 `json:"cost_usd,omitempty"`
+}
+
+// TaskResults lists agent's results per task, in the entries' order of
+// suites, variants and tasks, runs ascending.
+func TaskResults(entries []Entry, agent string) []TaskRow {
+	type key struct{ suite, variant, scoring, task string }
+	var order []key
+	cells := map[key][]RunCell{}
+	for _, e := range entries {
+		if e.Agent != agent {
+			continue
+		}
+		k := key{e.Suite, e.Variant, e.Scoring, e.Task}
+		if _, ok := cells[k]; !ok {
+			order = append(order, k)
+		}
+		cells[k] = append(cells[k], RunCell{Run: e.Run, Status: e.Status, Value: e.Value, CostUSD: e.CostUSD})
+	}
+	out := make([]TaskRow, 0, len(order))
+	for _, k := range order {
+		cs := cells[k]
+		slices.SortStableFunc(cs, func(a, b RunCell) int { return a.Run - b.Run })
+		out = append(out, TaskRow{Suite: k.suite, Variant: k.variant, Scoring: k.scoring, Task: k.task, Runs: cs})
+	}
+	return out
+}
+
+// OnlyAgent keeps the rows of agent on boards, dropping boards without
+// one.
+func OnlyAgent(boards []Board, agent string) []Board {
+	var out []Board
+	for _, b := range boards {
+		var rows []Row
+		for _, r := range b.Rows {
+			if r.Agent == agent {
+				rows = append(rows, r)
+			}
+		}
+		if len(rows) > 0 {
+			b.Rows = rows
+			out = append(out, b)
+		}
+	}
+	return out
+}

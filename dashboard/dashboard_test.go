@@ -1,0 +1,238 @@
+package dashboard
+
+import (
+	"encoding/xml"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func f(v float64) *float64 { return &v }
+
+// entries: agent a with two runs of two tasks (run 1: 1 of 2 right, run 2:
+// 2 of 2), agent b cheaper and worse, agent c dearer and worse (dominated),
+// agent d without a cost; plus statuses that do not count.
+func sampleEntries() []Entry {
+	e := func(agent, task string, run int, status string, v, cost *float64) Entry {
+		return Entry{Suite: "s", Variant: "easy", Scoring: "g=1", Agent: agent, Task: task, Run: run, Status: status, Value: v,
+			CostUSD: cost, InputTokens: 100, OutputTokens: 50, CPUSeconds: 2, WallSeconds: 3}
+	}
+	return []Entry{
+		e("a", "t1", 1, "validated", f(1), f(0.5)), e("a", "t2", 1, "validated", f(0), f(0.5)),
+		e("a", "t1", 2, "validated", f(1), f(0.25)), e("a", "t2", 2, "validated", f(1), f(0.25)),
+		e("a", "t3", 1, "unvalidated", f(1), f(9)), e("a", "t3", 2, "inconsistent", nil, nil), e("a", "t4", 1, "infra_failed", nil, nil),
+		e("b", "t1", 1, "validated", f(0), f(0.1)), e("b", "t2", 1, "validated", f(1), f(0.1)),
+		e("c", "t1", 1, "validated", f(0), f(1)), e("c", "t2", 1, "validated", f(0), f(1)),
+		e("d", "t1", 1, "validated", f(1), nil), e("d", "t2", 1, "pending", nil, nil),
+		{Suite: "s", Variant: "hard", Scoring: "g=1", Agent: "a", Task: "t1", Run: 1, Status: "pending"},
+	}
+}
+
+func TestBuildBoards(t *testing.T) {
+	boards := BuildBoards(sampleEntries())
+	if len(boards) != 2 || boards[0].Variant != "easy" || boards[1].Variant != "hard" {
+		t.Fatalf("boards %+v", boards)
+	}
+	rows := map[string]Row{}
+	for _, r := range boards[0].Rows {
+		rows[r.Agent] = r
+	}
+	a := rows["a"]
+	// Run 1: 1/2, run 2: 2/2: mean 0.75, range 0.5-1. Cost per run: run 1
+	// $1, run 2 $0.5: mean $0.75. Tokens: 300 a run. Verified: 4 of 6
+	// graded (4 validated, 1 unvalidated, 1 inconsistent).
+	if a.Runs != 2 || a.Accuracy != 0.75 || a.AccuracyMin != 0.5 || a.AccuracyMax != 1 || a.CostUSD == nil || *a.CostUSD != 0.75 ||
+		a.Tokens != 300 || a.WallSeconds != 6 || a.CPUSeconds != 4 || math.Abs(a.VerifiedShare-4.0/6) > 1e-12 ||
+		a.Validated != 4 || a.Unvalidated != 1 || a.Inconsistent != 1 || a.InfraFailed != 1 {
+		t.Fatalf("row a: %+v", a)
+	}
+	if d := rows["d"]; d.CostUSD != nil || d.Pareto || d.Accuracy != 1 || d.Pending != 1 {
+		t.Fatalf("row d (no cost): %+v", d)
+	}
+	// a ($0.75, 75%) and b ($0.20, 50%) are on the frontier; c ($2, 0%)
+	// is dominated.
+	if !rows["a"].Pareto || !rows["b"].Pareto || rows["c"].Pareto {
+		t.Fatalf("pareto: a %v b %v c %v", rows["a"].Pareto, rows["b"].Pareto, rows["c"].Pareto)
+	}
+	if got := boards[0].Rows[0].Agent; got != "d" {
+		t.Fatalf("first row %s, want the most accurate (d)", got)
+	}
+	if hard := boards[1].Rows[0]; hard.Runs != 0 || hard.Pending != 1 || hard.AccuracyMin != 0 {
+		t.Fatalf("hard board row: %+v", hard)
+	}
+	// Two scorings never share a board.
+	es := sampleEntries()
+	es[0].Scoring = "g=2"
+	if got := len(BuildBoards(es)); got != 3 {
+		t.Fatalf("%d boards with a second scoring, want 3", got)
+	}
+}
+
+func TestTaskResults(t *testing.T) {
+	rows := TaskResults(sampleEntries(), "a")
+	if len(rows) != 5 || rows[0].Task != "t1" || len(rows[0].Runs) != 2 || rows[0].Runs[1].Run != 2 || *rows[0].Runs[1].Value != 1 {
+		t.Fatalf("task rows %+v", rows)
+	}
+	if only := OnlyAgent(BuildBoards(sampleEntries()), "b"); len(only) != 1 || len(only[0].Rows) != 1 || only[0].Rows[0].Agent != "b" {
+		t.Fatalf("OnlyAgent: %+v", only)
+	}
+}
+
+func TestSumCredit(t *testing.T) {
+	total, nodes, ops := SumCredit([]CreditInput{
+		{Node: "n1", Operator: "op", CPUSeconds: 3600, WallSeconds: 7200},
+		{Node: "n2", Operator: "op", CPUSeconds: 1800},
+		{Node: "n3", CPUSeconds: 36000},
+	})
+	if total.Attempts != 3 || total.CPUHours != 11.5 || total.WallHours != 2 {
+		t.Fatalf("total %+v", total)
+	}
+	if len(nodes) != 3 || nodes[0].Name != "n3" || nodes[2].Name != "n2" {
+		t.Fatalf("nodes %+v", nodes)
+	}
+	if len(ops) != 2 || ops[0].Name != "n3" || ops[1].Name != "op" || ops[1].CPUHours != 1.5 || ops[1].Attempts != 2 {
+		t.Fatalf("operators %+v", ops)
+	}
+}
+
+func TestMessages(t *testing.T) {
+	openai := `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"what is in results/?"},{"type":"image_url"}]},{"role":"tool","content":"ls: ok"}]}`
+	got := RequestMessages([]byte(openai))
+	if len(got) != 3 || got[0].Role != "system" || got[1].Content != "what is in results/?\n[image]" || got[2].Content != "ls: ok" {
+		t.Fatalf("openai request: %+v", got)
+	}
+	answer := `{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[{"function":{"name":"shell","arguments":"{\"cmd\":\"ls\"}"}}]}}]}`
+	if got := ResponseMessages([]byte(answer)); len(got) != 1 || got[0].ToolCalls[0].Name != "shell" || got[0].ToolCalls[0].Arguments != `{"cmd":"ls"}` {
+		t.Fatalf("openai answer: %+v", got)
+	}
+	anthropic := `{"system":[{"type":"text","text":"sys"}],"messages":[{"role":"user","content":[{"type":"tool_result","content":"42"}]}]}`
+	if got := RequestMessages([]byte(anthropic)); len(got) != 2 || got[0].Content != "sys" || got[1].Content != "[tool result] 42" {
+		t.Fatalf("anthropic request: %+v", got)
+	}
+	reply := `{"role":"assistant","content":[{"type":"text","text":"done"},{"type":"tool_use","name":"bash","input":{"c":1}}]}`
+	if got := ResponseMessages([]byte(reply)); len(got) != 1 || got[0].Content != "done" || got[0].ToolCalls[0].Name != "bash" {
+		t.Fatalf("anthropic answer: %+v", got)
+	}
+	if RequestMessages([]byte("not json")) != nil {
+		t.Fatal("garbage read as messages")
+	}
+}
+
+func TestParetoPlot(t *testing.T) {
+	b := BuildBoards(sampleEntries())[0]
+	p := ParetoPlot(b)
+	if p == nil || len(p.Points) != 3 || p.Omitted != 1 {
+		t.Fatalf("plot %+v", p)
+	}
+	for _, pt := range p.Points {
+		if pt.X < p.Left || pt.X > p.Right || pt.Y < p.Top || pt.Y > p.Bottom {
+			t.Fatalf("point %+v outside the plot", pt)
+		}
+	}
+	// The frontier runs from b (cheapest) to a.
+	if pts := strings.Fields(p.Frontier); len(pts) != 2 {
+		t.Fatalf("frontier %q", p.Frontier)
+	}
+	if ParetoPlot(Board{Rows: []Row{{Agent: "x", Runs: 1}}}) != nil {
+		t.Fatal("a plot without any cost")
+	}
+}
+
+// TestRender renders every page with data, checks each is well-formed
+// markup (its SVG charts parse as XML), escapes what it shows, carries the
+// security headers and no script.
+func TestRender(t *testing.T) {
+	site, err := New(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := `<script>alert(1)</script>`
+	es := sampleEntries()
+	es = append(es, Entry{Suite: "s", Variant: "easy", Scoring: "g=1", Agent: evil, Task: "t1", Run: 1, Status: "validated", Value: f(1), CostUSD: f(0.3)})
+	boards := BuildBoards(es)
+	who := Who{Scope: "submitter", Submitter: "ann", Group: "lab-a", CSRF: "tok"}
+	prog := Progress{Pending: 2, Done: 3, Failed: 1, Total: 6, Units: 3, Decided: 1}
+	att := Attempt{ID: "ah-1", Suite: "s", Task: "t1", Variant: "easy", Agent: "a", State: "done", Outcome: "ok",
+		Usage: &Usage{CPUSeconds: 1, WallSeconds: 2, PeakMemoryBytes: 1 << 20}, Score: &Score{Value: 1, Public: []byte(`{"x":1}`)},
+		Outputs: []Output{{Path: "report.json", Size: 10}}, Model: &ModelUse{Calls: 1, CostUSD: 0.01}}
+	pages := []Page{
+		BoardsPage{Base: Base{who}, Boards: boards, Taken: time.Now()},
+		AgentPage{Base: Base{who}, Agent: "a", Boards: OnlyAgent(boards, "a"), Tasks: TaskResults(es, "a")},
+		EvaluationsPage{Base: Base{who}, Evaluations: []Evaluation{{ID: "ev-1", Suite: "s", Agent: "a", Progress: prog}},
+			Suites: []Suite{{Name: "s", Variants: []string{"easy"}, Tasks: 2}}, Agents: []Agent{{Name: "a"}}},
+		EvaluationPage{Base: Base{who}, Eval: EvaluationDetail{Evaluation: Evaluation{ID: "ev-1", Progress: prog}, Attempts: []Attempt{att}, Boards: boards}},
+		AttemptPage{Base: Base{who}, Attempt: att, Logs: &Logs{Stdout: evil, Stderr: "err"}, Trajectory: []Call{{Seq: 0, Assignment: 1,
+			Request: []Message{{Role: "user", Content: "hi"}}, Response: []Message{{Role: "assistant", Content: evil}}, RequestBody: `{"a":1}`}}},
+		NodesPage{Base: Base{Who{Scope: "admin"}}, Credit: CreditReport{Total: Credit{CPUHours: 1}, Operators: []Credit{{Name: "op", CPUHours: 1}},
+			Nodes: []NodeRow{{Credit: Credit{Name: "n1", CPUHours: 1}}}}},
+		ReprosPage{Base: Base{Who{Scope: "admin"}}, Repros: []Repro{{ID: "rp-1", State: "done"}}},
+		ReproPage{Base: Base{who}, Repro: Repro{ID: "rp-1", State: "done", Questions: []ReproQuestion{{Question: "q", Values: []string{"1", "2"},
+			Interval: &Interval{N: 2, Mean: 1.5, Lower: 0, Upper: 3}, Reproduced: true}}}},
+		AgentsPage{Base: Base{who}, Agents: []Agent{{Name: "a", Size: 2048}}},
+		AccountsPage{Base: Base{Who{Scope: "admin"}}, Groups: []Group{{Name: "g"}}, Submitters: []Submitter{{Name: "s"}}, Tokens: []Token{{ID: "x"}}},
+		LoginPage{Base: Base{}, Error: evil},
+		ErrorPage{Base: Base{}, Status: 404, Message: "no"},
+	}
+	for _, pg := range pages {
+		rec := httptest.NewRecorder()
+		site.Render(rec, http.StatusOK, pg)
+		body := rec.Body.String()
+		if rec.Code != 200 || !strings.Contains(body, "<title>") {
+			t.Fatalf("%s: %d %s", pg.template(), rec.Code, body)
+		}
+		if strings.Contains(body, "<script") {
+			t.Fatalf("%s: unescaped markup or a script in the page", pg.template())
+		}
+		if csp := rec.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+			t.Fatalf("%s: CSP %q", pg.template(), csp)
+		}
+		for _, svg := range between(body, "<svg", "</svg>") {
+			if err := xml.Unmarshal([]byte(svg), new(struct{})); err != nil {
+				t.Fatalf("%s: SVG is not well-formed: %v\n%s", pg.template(), err, svg)
+			}
+		}
+	}
+	rec := httptest.NewRecorder()
+	site.Render(rec, 200, pages[0])
+	if n := strings.Count(rec.Body.String(), `class="pareto"`); n != 1 {
+		t.Fatalf("%d Pareto charts on the boards page, want 1 (the hard board has no cost)", n)
+	}
+}
+
+// between returns every substring from open to the end of close.
+func between(s, open, close string) []string {
+	var out []string
+	for {
+		i := strings.Index(s, open)
+		if i < 0 {
+			return out
+		}
+		j := strings.Index(s[i:], close)
+		if j < 0 {
+			return out
+		}
+		out = append(out, s[i:i+j+len(close)])
+		s = s[i+j+len(close):]
+	}
+}
+
+func TestFormats(t *testing.T) {
+	for v, want := range map[float64]string{0: "$0.00", 0.006: "$0.006", 0.012: "$0.012", 0.0125: "$0.0125", 0.00012345: "$0.000123",
+		1.5: "$1.50", 0.999: "$0.999", 12.345: "$12.35"} {
+		if got := usd(v); got != want {
+			t.Errorf("usd(%v) = %q, want %q", v, got, want)
+		}
+	}
+	for v, want := range map[float64]string{0: "—", 1.5: "1.50s", 75: "1m15s", 3600: "1h0m0s"} {
+		if got := duration(v); got != want {
+			t.Errorf("duration(%v) = %q, want %q", v, got, want)
+		}
+	}
+	if got := byteCount(int64(1536)); got != "1.5 KiB" {
+		t.Errorf("byteCount(1536) = %q", got)
+	}
+}

@@ -1,0 +1,20 @@
+// Package dashboard owns the web pages a coordinator serves to people: the
+// leaderboards with their cost-accuracy Pareto charts, an agent's per-task
+// results, evaluations with live progress, attempts with their logs,
+// outputs and a readable trajectory, nodes and operators with their
+// credit, reproducibility checks, accounts, and the forms to sign in, push
+// an agent and start an evaluation. Pages are rendered on the server from
+// embedded templates, with SVG charts and one embedded style sheet: no
+// script, nothing loaded from elsewhere.
+//
+// It also owns the views (views.go): what a reader sees of each thing, as
+// plain data, which the coordinator's JSON API serves as they are, and the
+// pure computations over them: boards from leaderboard entries (accuracy
+// mean and min-max over runs, cost, tokens, runtime, verified share, the
+// Pareto frontier), per-task results, credit by node and operator, and
+// messages read from model call bodies.
+//
+// It renders what it is given and decides nothing about who may see it:
+// the coordinator fills the views for the reader's scope. It must not
+// import the coordinator, libp2p, storage or any benchmark family.
+package dashboard
