@@ -40,8 +40,12 @@ func (Checker) Parse(raw json.RawMessage) (bench.Check, error) {
 	if err != nil {
 		return bench.Check{}, err
 	}
-	return bench.Check{Spec: norm, Runs: s.Runs, Top: s.Capsule.CapsuleID, Files: RunFiles(s), MaxFile: MaxFileSize,
-		Prompt: s.Capsule.TaskPrompt}, nil
+	c := bench.Check{Spec: norm, Runs: s.Runs, Top: s.Capsule.CapsuleID, Files: RunFiles(s), MaxFile: MaxFileSize,
+		Prompt: s.Capsule.TaskPrompt}
+	if s.Draft() {
+		c.Dirs = []string{ResultsDir}
+	}
+	return c, nil
 }
 
 func specOf(c bench.Check) (Spec, error) {
@@ -64,6 +68,9 @@ func (Checker) Recipe(c bench.Check, capsule, image cid.Cid, limits *proto.Limit
 	var outputs []*proto.Output
 	for _, f := range c.Files {
 		outputs = append(outputs, &proto.Output{Path: dir + "/" + f, MaxBytes: uint64(c.MaxFile)})
+	}
+	for _, f := range c.Dirs {
+		outputs = append(outputs, &proto.Output{Path: dir + "/" + f, MaxBytes: uint64(c.MaxFile), Directory: true})
 	}
 	return &proto.Recipe{
 		ImageCid: image.Bytes(),

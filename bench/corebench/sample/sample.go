@@ -4,7 +4,10 @@
 // for a busybox image. The sample suite (Tasks, CapsuleIDs: three
 // capsules) is what the demo and the integration tests run; the sample
 // Medium suite (MediumTasks, MediumCapsuleIDs) holds a capsule whose
-// results need its environment, for the Medium tests.
+// results need its environment, for the Medium tests; capsule-0000005 is
+// in no task file: a fresh capsule for the reproducibility check without
+// a spec (its results hold a stable number, a Monte Carlo estimate seeded
+// from /dev/urandom and the time of the run).
 //
 // Every capsule really computes its results from its data with busybox
 // tools (sh, awk, sort): code/run calls code/analysis.sh, which reads
