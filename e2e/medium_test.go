@@ -16,6 +16,19 @@ import (
 // their environment.
 const mediumSuite = "sample-medium"
 
+// importSuite imports a CORE-Bench suite of the sample family's settings
+// from a task file.
+func importSuite(ctx context.Context, t *testing.T, c *coordinator.Coordinator, name string, tasks []byte) {
+	t.Helper()
+	def, err := family.Def(name, tasks, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ImportSuite(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestMediumEnvironment runs CORE-Bench Medium the way repronet chose
 // (docs/sandbox.md): a coordinator and a node on loopback, the real
 // containerd daemon; the sample Medium suite's capsule (capsule-0000004,
@@ -33,13 +46,7 @@ func TestMediumEnvironment(t *testing.T) {
 	log := testLogger(t)
 	d := ensureDaemon(ctx, t, log)
 	c := startCoordinator(ctx, t, coordinator.Config{Logger: log, IdleCanaryEvery: -1, ScheduleInterval: 200 * time.Millisecond})
-	def, err := family.Def(mediumSuite, sample.MediumTasks(), "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.ImportSuite(ctx, def); err != nil {
-		t.Fatal(err)
-	}
+	importSuite(ctx, t, c, mediumSuite, sample.MediumTasks())
 	for _, id := range sample.MediumCapsuleIDs() {
 		tb, err := sample.CapsuleTarball(id)
 		if err != nil {

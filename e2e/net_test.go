@@ -25,6 +25,7 @@ import (
 	"github.com/repronet/repronet/internal/families"
 	"github.com/repronet/repronet/node"
 	"github.com/repronet/repronet/sandbox"
+	"github.com/repronet/repronet/sandbox/gpu"
 )
 
 // ensureDaemon starts (or finds running) the private containerd daemon.
@@ -99,8 +100,10 @@ type nodeOpts struct {
 	hostOptions []libp2p.Option
 	// dataDir is the node's data folder (default: a temporary folder).
 	dataDir string
-	// gpus are announced (no device behind them).
-	gpus []node.GPU
+	// gpus are announced; gpuDevices, when set, are the devices behind
+	// them (granted to the jobs given them), else there are none.
+	gpus       []node.GPU
+	gpuDevices *gpu.Inventory
 }
 
 // baseImages are the base images every test node is given.
@@ -133,7 +136,7 @@ func startNode(ctx context.Context, t *testing.T, d *sandbox.Daemon, log *slog.L
 	}
 	n, err := node.New(ctx, node.Config{DataDir: o.dataDir, Network: o.network, Coordinators: []string{o.coord}, Slots: o.slots,
 		Sandbox: box, HostOptions: o.hostOptions, JoinToken: e2eJoinToken, Logger: log.With("node", o.name),
-		BaseImages: baseImages(t), GPUs: o.gpus})
+		BaseImages: baseImages(t), GPUs: o.gpus, GPUDevices: o.gpuDevices})
 	if err != nil {
 		t.Fatal(err)
 	}
