@@ -99,8 +99,8 @@ func (n *Node) importBaseImages(ctx context.Context) error {
 
 // inEnvironment turns the spec of a job with an environment into the
 // spec of the job in it: the environment built (or found built) from the
-// workspace's Dockerfile, the job image's folder image_mount shown
-// read-only at the same path, the job's entrypoint and command (the
+// workspace's Dockerfile, the job image's folder image_mount (if any)
+// shown read-only at the same path, the job's entrypoint and command (the
 // recipe's, else those of the job's image) run from there. The time it
 // takes (pull and build) is taken off the job's wall-clock limit. ok is
 // false when the recipe's environment is if_present and its Dockerfile is
@@ -131,8 +131,9 @@ func (n *Node) inEnvironment(ctx context.Context, spec *sandbox.Spec, r *proto.R
 	if len(spec.Entrypoint)+len(spec.Args) == 0 {
 		return false, errors.New("environment: neither the recipe nor the job's image names a command")
 	}
-	m := r.GetEnvironment().GetImageMount()
-	spec.ImageMounts = append(spec.ImageMounts, sandbox.ImageMount{Image: spec.Image, Source: m, Target: m})
+	if m := r.GetEnvironment().GetImageMount(); m != "" {
+		spec.ImageMounts = append(spec.ImageMounts, sandbox.ImageMount{Image: spec.Image, Source: m, Target: m})
+	}
 	spec.Image = built
 	spec.Limits.Wall = max(time.Until(deadline), time.Second)
 	return true, nil

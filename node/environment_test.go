@@ -19,6 +19,7 @@ import (
 	"github.com/repronet/repronet/bench"
 	"github.com/repronet/repronet/bench/corebench/family"
 	"github.com/repronet/repronet/bench/corebench/sample"
+	"github.com/repronet/repronet/bench/repro"
 	"github.com/repronet/repronet/internal/agentimage"
 	"github.com/repronet/repronet/internal/registry"
 	"github.com/repronet/repronet/proto"
@@ -49,8 +50,9 @@ func (m mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Add
 // Then: a Dockerfile whose FROM names a registry the node does not allow
 // is refused by its proxy; a failing RUN step and a build past the wall
 // limit are infrastructure errors naming why; an if_present environment
-// without a Dockerfile runs in the job's own image. Nothing is left in the
-// sandbox's state folder.
+// without a Dockerfile runs in the job's own image. A reproducibility
+// check's run of the capsule runs its own script in the environment.
+// Nothing is left in the sandbox's state folder.
 func TestExecuteEnvironment(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -230,6 +232,36 @@ func TestExecuteEnvironment(t *testing.T) {
 			t.Errorf("the registry was asked %d more times", pulls.Load()-before)
 		}
 		t.Logf("a job in an environment built already: %v", time.Since(start))
+	})
+
+	t.Run("a reproducibility check's run in the capsule's environment", func(t *testing.T) {
+		// A draft check of capsule-0000004 (its code needs its
+		// environment): the capsule's own run script runs in the built
+		// environment, nothing of the job image shown; results/ returned.
+		check, err := repro.Checker{}.Parse([]byte(`{"capsule": {"capsule_id": "` + id + `"}, "runs": 2}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := repro.Checker{}.Recipe(check, capsule, agent,
+			&proto.Limits{CpuMillis: 1000, MemoryBytes: 1 << 30, Pids: 256, WallSeconds: 60, OutputBytes: 64 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := run(t, "capsule-run", r)
+		if err != nil || rep.GetOutcome() != proto.Outcome_OUTCOME_OK || len(rep.GetOutputs()) != 1 || rep.GetOutputs()[0].GetError() != "" {
+			t.Fatalf("%v %s %v\n%s", err, rep.GetOutcome(), rep.GetOutputs(), rep.GetStderrTail())
+		}
+		c, _ := cid.Cast(rep.GetOutputs()[0].GetCid())
+		rc, err := n.store.Open(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, _ := io.ReadAll(rc)
+		rc.Close()
+		files, err := bench.FolderFiles("results", tb, 1<<20)
+		if err != nil || !strings.Contains(string(files["results/summary.txt"]), "median_upstream 42.5") {
+			t.Fatalf("results %v: %q", err, files)
+		}
 	})
 
 	dockerfile := func(df string, wall uint32) *proto.Recipe {

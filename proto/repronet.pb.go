@@ -1062,7 +1062,9 @@ type Environment struct {
 	Context string `protobuf:"bytes,2,opt,name=context,proto3" json:"context,omitempty"`
 	// image_mount is the job image's folder shown, read-only, at the same
 	// path in the environment (an agent keeps its files in /agent:
-	// docs/agents.md): an absolute, clean path other than /.
+	// docs/agents.md): an absolute, clean path other than /; empty: nothing
+	// of the job's image is shown (a job whose command is the
+	// environment's own, such as a capsule's run script).
 	ImageMount string `protobuf:"bytes,3,opt,name=image_mount,json=imageMount,proto3" json:"image_mount,omitempty"`
 	// if_present: when the workspace holds no file at dockerfile, the job
 	// runs in its own image as if no environment were given.

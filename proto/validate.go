@@ -307,12 +307,13 @@ func ValidateRecipe(r *Recipe) error {
 				return invalid("recipe: environment.context: %v", err)
 			}
 		}
-		t := env.GetImageMount()
-		if err := checkContainerPath(t); err != nil || t == "/" {
-			return invalid("recipe: environment.image_mount %q: an absolute, clean path other than /", t)
-		}
-		if targets[t] {
-			return invalid("recipe: environment.image_mount %q: also a mount's target", t)
+		if t := env.GetImageMount(); t != "" { // empty: the job's image is not shown
+			if err := checkContainerPath(t); err != nil || t == "/" {
+				return invalid("recipe: environment.image_mount %q: an absolute, clean path other than /", t)
+			}
+			if targets[t] {
+				return invalid("recipe: environment.image_mount %q: also a mount's target", t)
+			}
 		}
 	}
 	l := r.GetLimits()

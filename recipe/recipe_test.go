@@ -370,6 +370,9 @@ func TestValidate(t *testing.T) {
 		{"environment", func(r *proto.Recipe) {
 			r.Environment = &proto.Environment{Dockerfile: "cap/environment/Dockerfile", Context: "cap/environment", ImageMount: "/agent"}
 		}, ""},
+		{"environment showing nothing of the job's image", func(r *proto.Recipe) {
+			r.Environment = &proto.Environment{Dockerfile: "cap/environment/Dockerfile", IfPresent: true}
+		}, ""},
 		{"environment without a Dockerfile", func(r *proto.Recipe) { r.Environment = &proto.Environment{ImageMount: "/agent"} }, "environment.dockerfile"},
 		{"environment Dockerfile outside", func(r *proto.Recipe) {
 			r.Environment = &proto.Environment{Dockerfile: "../Dockerfile", ImageMount: "/agent"}

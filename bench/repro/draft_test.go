@@ -6,7 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ipfs/go-cid"
+	gproto "google.golang.org/protobuf/proto"
+
 	"github.com/repronet/repronet/bench/corebench"
+	"github.com/repronet/repronet/proto"
+	"github.com/repronet/repronet/recipe"
 )
 
 // TestFindValues: the values of a file, by kind (text, CSV, JSON), each
@@ -219,5 +224,43 @@ func TestDraftCheck(t *testing.T) {
 	// Fewer than 2 successful runs: nothing to draft.
 	if _, err := Check(spec, runs[:2], nil); err == nil || !strings.Contains(err.Error(), "at least 2") {
 		t.Fatalf("one successful run: %v", err)
+	}
+}
+
+// TestCheckerRecipe: a run's job, with rules and as a draft, passes the
+// validator nodes apply; it runs the capsule's script in the capsule's own
+// environment when it has one (nothing of the image shown), and returns
+// the rule files, or a draft's results/ folder whole.
+func TestCheckerRecipe(t *testing.T) {
+	c, _ := cid.Decode("bafkreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy")
+	limits := &proto.Limits{CpuMillis: 1000, MemoryBytes: 1 << 30, WallSeconds: 60}
+	for _, tt := range []struct {
+		spec string
+		want []*proto.Output
+	}{
+		{`{"capsule": {"capsule_id": "capsule-0000005"}}`,
+			[]*proto.Output{{Path: "capsule-0000005/results", MaxBytes: MaxFileSize, Directory: true}}},
+		{`{"capsule": {"capsule_id": "capsule-0000005"}, "rules": [{"question": "q", "file": "results/s.txt", "kind": "text"}]}`,
+			[]*proto.Output{{Path: "capsule-0000005/results/s.txt", MaxBytes: MaxFileSize}}},
+	} {
+		check, err := Checker{}.Parse([]byte(tt.spec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Checker{}.Recipe(check, c, c, limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := recipe.Validate(r); err != nil {
+			t.Fatalf("%s: %v", tt.spec, err)
+		}
+		env := r.GetEnvironment()
+		if env.GetDockerfile() != "capsule-0000005/environment/Dockerfile" || env.GetContext() != "capsule-0000005/environment" ||
+			env.GetImageMount() != "" || !env.GetIfPresent() {
+			t.Fatalf("%s: environment %v", tt.spec, env)
+		}
+		if len(r.Outputs) != len(tt.want) || !gproto.Equal(r.Outputs[0], tt.want[0]) {
+			t.Fatalf("%s: outputs %v, want %v", tt.spec, r.Outputs, tt.want)
+		}
 	}
 }
