@@ -55,6 +55,9 @@ const (
 	MaxDraftValues = 2000
 	MaxTextLines   = 1000
 	MaxCSVRows     = 1000
+	// MaxLinePrefix bounds where in its line a value of a text file may
+	// start (its rule holds what precedes it).
+	MaxLinePrefix = 256
 )
 
 // Unix times from 2001-09-09 (10^9 s) to 2100-01-01, in seconds or
@@ -89,7 +92,7 @@ type Draft struct {
 	// the capsule with rules.
 	Spec Spec `json:"spec"`
 	// Truncated names the runs' files in which not every value was read
-	// (past MaxTextLines, MaxCSVRows or MaxDraftValues).
+	// (past MaxTextLines, MaxCSVRows, MaxLinePrefix or MaxDraftValues).
 	Truncated []string `json:"truncated,omitempty"`
 }
 
@@ -196,6 +199,10 @@ func textValues(name string, data []byte) (out []found, truncated bool) {
 		}
 		last := 0
 		for k, s := range spans {
+			if s.start > MaxLinePrefix {
+				truncated = true
+				break
+			}
 			prefix.WriteString(regexp.QuoteMeta(line[last:s.start]))
 			pat, typ := numPattern+`%?`, TypeNumber
 			if s.time {

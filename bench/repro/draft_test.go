@@ -70,6 +70,32 @@ func TestFindValues(t *testing.T) {
 	}
 }
 
+// TestFindValuesBounds: a text file's values far into a long line, past
+// its last line read, or past a CSV's last row read are not drafted, and
+// the file is said to be truncated.
+func TestFindValuesBounds(t *testing.T) {
+	long := "a 1 " + strings.Repeat("x", MaxLinePrefix) + " 2\n"
+	lines := strings.Repeat("v 1\n", MaxTextLines) + "v 2\n"
+	rows := "a,b\n" + strings.Repeat("1,2\n", MaxCSVRows+1)
+	for _, tt := range []struct {
+		file, data string
+		want       int
+	}{
+		{"r.txt", long, 1},
+		{"r.txt", lines, MaxTextLines},
+		{"r.csv", rows, 2 * MaxCSVRows},
+	} {
+		got, cut := findValues(tt.file, []byte(tt.data))
+		if len(got) != tt.want || !cut {
+			t.Errorf("%s: %d values, truncated %v; want %d, truncated", tt.file, len(got), cut, tt.want)
+		}
+	}
+	_, cut := findValues("r.txt", []byte("a 1\n"))
+	if cut {
+		t.Error("a short file truncated")
+	}
+}
+
 // TestFindValuesDisambiguates: the same label on two lines, and the same
 // number twice on a line, are distinct values whose rules read each its
 // own.
