@@ -52,7 +52,7 @@ const (
 	WildSpread = 0.25
 	// MaxDraftValues bounds the values found in one run, MaxTextLines the
 	// lines of a text file and MaxCSVRows the data rows of a CSV file read.
-	MaxDraftValues = 2000
+	MaxDraftValues = 500
 	MaxTextLines   = 1000
 	MaxCSVRows     = 1000
 	// MaxLinePrefix bounds where in its line a value of a text file may
@@ -121,7 +121,8 @@ var (
 )
 
 // findValues finds the values of one file (path relative to the capsule
-// folder); truncated is true when the file has more than it reads.
+// folder), at most MaxDraftValues; truncated is true when the file has
+// more than it reads.
 func findValues(name string, data []byte) (out []found, truncated bool) {
 	if bytes.IndexByte(data, 0) >= 0 || !utf8.Valid(data) || len(data) > MaxFileSize {
 		return nil, false // not text: a figure, a binary
@@ -131,8 +132,8 @@ func findValues(name string, data []byte) (out []found, truncated bool) {
 		return csvValues(name, data)
 	case ".json":
 		if doc, err := corebench.ParseValue(data); err == nil {
-			jsonValues(name, doc, "", &out)
-			return out, false
+			cut := jsonValues(name, doc, "", &out)
+			return out, cut
 		}
 	}
 	return textValues(name, data)
@@ -144,28 +145,54 @@ type span struct {
 	time       bool
 }
 
-// lineSpans finds the dates and times and the numbers of a line, in order;
-// a number must stand alone (not inside a name such as x2 or
-// capsule-0000004, nor a version such as 1.2.3).
-func lineSpans(line string) []span {
-	var out []span
-	for _, m := range timeRe.FindAllStringIndex(line, -1) {
-		if standsAlone(line, m[0], m[1]) {
-			out = append(out, span{m[0], m[1], true})
+// lineSpans finds the dates and times and the numbers of a line that
+// start within its first limit bytes, in order (more: some start
+// further); a number must stand alone (not inside a name such as x2 or
+// capsule-0000004, nor a version such as 1.2.3). It takes time linear in
+// the line's length.
+func lineSpans(line string, limit int) (out []span, more bool) {
+	var times []span
+	for pos := 0; pos < len(line); {
+		m := timeRe.FindStringIndex(line[pos:])
+		if m == nil {
+			break
 		}
+		start, end := pos+m[0], pos+m[1]
+		if start > limit {
+			more = true
+			break
+		}
+		if standsAlone(line, start, end) {
+			times = append(times, span{start, end, true})
+		}
+		pos = end
 	}
-	for _, m := range numRe.FindAllStringIndex(line, -1) {
-		if !standsAlone(line, m[0], m[1]) || slices.ContainsFunc(out, func(s span) bool { return s.time && m[0] < s.end && s.start < m[1] }) {
-			continue
+	t := 0
+	for pos := 0; pos < len(line); {
+		m := numRe.FindStringIndex(line[pos:])
+		if m == nil {
+			break
 		}
-		end := m[1]
+		start, end := pos+m[0], pos+m[1]
+		pos = end
+		if start > limit {
+			more = true
+			break
+		}
+		for t < len(times) && times[t].end <= start {
+			t++
+		}
+		if t < len(times) && times[t].start < end || !standsAlone(line, start, end) {
+			continue // inside a date or time, or not alone
+		}
 		if end < len(line) && line[end] == '%' {
 			end++
 		}
-		out = append(out, span{m[0], end, false})
+		out = append(out, span{start, end, false})
 	}
+	out = append(out, times...)
 	slices.SortFunc(out, func(a, b span) int { return a.start - b.start })
-	return out
+	return out, more
 }
 
 func standsAlone(line string, start, end int) bool {
@@ -191,7 +218,8 @@ func textValues(name string, data []byte) (out []found, truncated bool) {
 	}
 	for i, line := range lines {
 		line = strings.TrimSuffix(line, "\r")
-		spans := lineSpans(line)
+		spans, more := lineSpans(line, MaxLinePrefix)
+		truncated = truncated || more
 		var prefix strings.Builder
 		prefix.WriteString(`\A`)
 		if i > 0 {
@@ -199,10 +227,6 @@ func textValues(name string, data []byte) (out []found, truncated bool) {
 		}
 		last := 0
 		for k, s := range spans {
-			if s.start > MaxLinePrefix {
-				truncated = true
-				break
-			}
 			prefix.WriteString(regexp.QuoteMeta(line[last:s.start]))
 			pat, typ := numPattern+`%?`, TypeNumber
 			if s.time {
@@ -210,6 +234,14 @@ func textValues(name string, data []byte) (out []found, truncated bool) {
 			}
 			f := found{text: line[s.start:s.end], time: s.time,
 				rule: Rule{File: name, Kind: KindRegex, Expr: prefix.String() + "(" + pat + ")", Type: typ}}
+			prefix.WriteString("(?:" + pat + ")")
+			last = s.end
+			if !s.time {
+				f.num, _ = corebench.PyFloat(strings.TrimSuffix(f.text, "%"))
+				if math.IsInf(f.num, 0) || math.IsNaN(f.num) {
+					continue // 1e999: no answer a grader takes
+				}
+			}
 			label := strings.Trim(line[:s.start], labelTrims)
 			if j := strings.LastIndexAny(label, " \t"); j >= 0 && k == 0 {
 				label = strings.Trim(label[j+1:], labelTrims)
@@ -219,12 +251,10 @@ func textValues(name string, data []byte) (out []found, truncated bool) {
 			} else {
 				f.question = fmt.Sprintf("Report `%s` on line %d of %s.", label, i+1, name)
 			}
-			if !s.time {
-				f.num, _ = corebench.PyFloat(strings.TrimSuffix(f.text, "%"))
+			if len(out) == MaxDraftValues {
+				return out, true
 			}
 			out = append(out, f)
-			prefix.WriteString("(?:" + pat + ")")
-			last = s.end
 		}
 	}
 	return out, truncated
@@ -243,6 +273,10 @@ func csvValues(name string, data []byte) (out []found, truncated bool) {
 	if len(rows) > MaxCSVRows {
 		rows, truncated = rows[:MaxCSVRows], true
 	}
+	names := make([]string, len(header))
+	for i, h := range header {
+		names[i] = strings.TrimSpace(h)
+	}
 	for r, row := range rows {
 		for c, cell := range row {
 			cell = strings.TrimSpace(cell)
@@ -250,19 +284,24 @@ func csvValues(name string, data []byte) (out []found, truncated bool) {
 			if !isTime && !wholeNum.MatchString(cell) {
 				continue
 			}
+			// The column by name when csvCell finds it by that name (the
+			// first of that trimmed name, no '@', not "#..."), else by place.
 			col := ""
-			if c < len(header) {
-				col = strings.TrimSpace(header[c])
+			if c < len(names) {
+				col = names[c]
 			}
-			if col == "" || strings.Contains(col, "@") || slices.Index(header, header[c]) != c {
+			if col == "" || strings.Contains(col, "@") || strings.HasPrefix(col, "#") || slices.Index(names, col) != c {
 				col = fmt.Sprintf("#%d", c+1)
 			}
 			f := found{text: cell, time: isTime, rule: Rule{File: name, Kind: KindCSV, Expr: fmt.Sprintf("%s@%d", col, r+1), Type: TypeNumber},
 				question: fmt.Sprintf("Report column `%s` of data row %d of %s.", col, r+1, name)}
 			if isTime {
 				f.rule.Type = TypeString
-			} else {
-				f.num, _ = corebench.PyFloat(strings.TrimSuffix(cell, "%"))
+			} else if f.num, _ = corebench.PyFloat(strings.TrimSuffix(cell, "%")); math.IsInf(f.num, 0) || math.IsNaN(f.num) {
+				continue
+			}
+			if len(out) == MaxDraftValues {
+				return out, true
 			}
 			out = append(out, f)
 		}
@@ -270,30 +309,43 @@ func csvValues(name string, data []byte) (out []found, truncated bool) {
 	return out, truncated
 }
 
-// jsonValues finds the numbers, dates and times of a JSON document.
-func jsonValues(name string, v corebench.Value, ptr string, out *[]found) {
+// jsonValues finds the numbers, dates and times of a JSON document, at
+// most MaxDraftValues in all (cut: there were more).
+func jsonValues(name string, v corebench.Value, ptr string, out *[]found) (cut bool) {
+	add := func(f found) bool {
+		if len(*out) == MaxDraftValues {
+			return true
+		}
+		*out = append(*out, f)
+		return false
+	}
 	switch v.Kind {
 	case corebench.Number:
 		if math.IsNaN(v.Num) || math.IsInf(v.Num, 0) {
-			return
+			return false
 		}
-		*out = append(*out, found{text: v.Lit, num: v.Num, rule: Rule{File: name, Kind: KindJSON, Expr: ptr, Type: TypeNumber},
+		return add(found{text: v.Lit, num: v.Num, rule: Rule{File: name, Kind: KindJSON, Expr: ptr, Type: TypeNumber},
 			question: fmt.Sprintf("Report `%s` in %s.", ptr, name)})
 	case corebench.String:
 		if wholeTime.MatchString(strings.TrimSpace(v.Str)) {
-			*out = append(*out, found{text: v.Str, time: true, rule: Rule{File: name, Kind: KindJSON, Expr: ptr, Type: TypeString},
+			return add(found{text: v.Str, time: true, rule: Rule{File: name, Kind: KindJSON, Expr: ptr, Type: TypeString},
 				question: fmt.Sprintf("Report `%s` in %s.", ptr, name)})
 		}
 	case corebench.List:
 		for i, e := range v.List {
-			jsonValues(name, e, ptr+"/"+strconv.Itoa(i), out)
+			if jsonValues(name, e, ptr+"/"+strconv.Itoa(i), out) {
+				return true
+			}
 		}
 	case corebench.Object:
 		for _, m := range v.Object {
 			tok := strings.ReplaceAll(strings.ReplaceAll(m.Key, "~", "~0"), "/", "~1")
-			jsonValues(name, m.Value, ptr+"/"+tok, out)
+			if jsonValues(name, m.Value, ptr+"/"+tok, out) {
+				return true
+			}
 		}
 	}
+	return false
 }
 
 // runValues finds every value of one run's files (name order), within
@@ -329,8 +381,8 @@ func ruleKey(r Rule) string { return r.File + "\x00" + r.Kind + "\x00" + r.Expr 
 
 // DraftEntry compares the successful runs (at least 2) of a capsule's run
 // script value by value and drafts its task entry (see Draft). Every kept
-// value is read again from every run with its rule (Extract), so the
-// entry is what the rules give.
+// value's rule is checked to read it back (Extract, on the first run), so
+// the entry is what the rules give.
 func DraftEntry(c Capsule, runs []Run) (Draft, corebench.Task, error) {
 	var ok []Run
 	for _, r := range runs {
@@ -389,7 +441,7 @@ func DraftEntry(c Capsule, runs []Run) (Draft, corebench.Task, error) {
 		}
 		judgeDraft(&v, fs, perRun, k)
 		if v.Kept() {
-			answers, err := extractAll(v.Rule, ok)
+			answers, err := keptAnswers(v.Rule, fs, ok)
 			if err != nil {
 				v.Verdict, v.Reason = DraftMissing, "its rule does not read it back: "+err.Error()
 			} else {
@@ -461,15 +513,25 @@ func judgeDraft(v *DraftValue, fs []found, perRun []map[string]found, k string) 
 	}
 }
 
-// extractAll reads a rule's answer from every run.
-func extractAll(r Rule, runs []Run) ([]corebench.Value, error) {
-	out := make([]corebench.Value, len(runs))
-	for i, run := range runs {
-		v, err := Extract(r, run.Files)
+// keptAnswers are a kept value's answers in every run, read from the
+// texts found (as Extract turns a text into an answer); its rule is
+// checked once, on the first run: it must read back the same number
+// (reading every run with it would cost a pass over the file per run).
+func keptAnswers(r Rule, fs []found, runs []Run) ([]corebench.Value, error) {
+	out := make([]corebench.Value, len(fs))
+	for i, f := range fs {
+		v, err := textAnswer(r, f.text)
 		if err != nil {
-			return nil, fmt.Errorf("run %d (%s): %w", i+1, run.Node, err)
+			return nil, fmt.Errorf("run %d (%s): %w", i+1, runs[i].Node, err)
 		}
 		out[i] = v
+	}
+	v, err := Extract(r, runs[0].Files)
+	if err != nil {
+		return nil, fmt.Errorf("run 1 (%s): %w", runs[0].Node, err)
+	}
+	if v.Kind != corebench.Number || v.Num != out[0].Num {
+		return nil, fmt.Errorf("run 1 (%s): it reads %s, not %s", runs[0].Node, clip(v.Repr()), clip(fs[0].text))
 	}
 	return out, nil
 }

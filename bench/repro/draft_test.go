@@ -71,19 +71,20 @@ func TestFindValues(t *testing.T) {
 }
 
 // TestFindValuesBounds: a text file's values far into a long line, past
-// its last line read, or past a CSV's last row read are not drafted, and
-// the file is said to be truncated.
+// its last line read, past a CSV's last row read, or past the number of
+// values a file gives are not drafted, and the file is said to be
+// truncated.
 func TestFindValuesBounds(t *testing.T) {
-	long := "a 1 " + strings.Repeat("x", MaxLinePrefix) + " 2\n"
-	lines := strings.Repeat("v 1\n", MaxTextLines) + "v 2\n"
-	rows := "a,b\n" + strings.Repeat("1,2\n", MaxCSVRows+1)
 	for _, tt := range []struct {
 		file, data string
 		want       int
 	}{
-		{"r.txt", long, 1},
-		{"r.txt", lines, MaxTextLines},
-		{"r.csv", rows, 2 * MaxCSVRows},
+		{"r.txt", "a 1 " + strings.Repeat("x", MaxLinePrefix) + " 2\n", 1},
+		{"r.txt", strings.Repeat("-\n", MaxTextLines) + "v 2\n", 0},
+		{"r.csv", "a,b\n" + strings.Repeat("x,y\n", MaxCSVRows) + "1,2\n", 0},
+		{"r.txt", strings.Repeat("v 1\n", MaxDraftValues+1), MaxDraftValues},
+		{"r.csv", "a\n" + strings.Repeat("1\n", MaxDraftValues+1), MaxDraftValues},
+		{"r.json", "[" + strings.Repeat("1,", MaxDraftValues) + "1]", MaxDraftValues},
 	} {
 		got, cut := findValues(tt.file, []byte(tt.data))
 		if len(got) != tt.want || !cut {
