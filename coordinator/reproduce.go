@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"path"
 	"slices"
@@ -214,12 +215,28 @@ func (c *Coordinator) capsuleRunRecipe(rec *core.ReproRecord) (*proto.Recipe, er
 }
 
 // runFiles reads a run's returned files (fetched and kept when its report
-// was recorded) by the names the check uses (relative to its top folder).
+// was recorded) by the names the check uses (relative to its top folder),
+// and the files of its returned folders (Check.Dirs).
 func (c *Coordinator) runFiles(ctx context.Context, check bench.Check, outputs []core.Output) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for _, o := range outputs {
 		name, ok := strings.CutPrefix(o.Path, check.Top+"/")
-		if o.Error != "" || o.CID == "" || !ok || !slices.Contains(check.Files, name) {
+		if o.Error != "" || o.CID == "" || !ok {
+			continue
+		}
+		if slices.Contains(check.Dirs, name) {
+			tb, err := c.readOutput(ctx, o, check.MaxFile)
+			if err != nil {
+				return nil, err
+			}
+			files, err := bench.FolderFiles(name, tb, check.MaxFile)
+			if err != nil {
+				return nil, err
+			}
+			maps.Copy(out, files)
+			continue
+		}
+		if !slices.Contains(check.Files, name) {
 			continue
 		}
 		b, err := c.readOutput(ctx, o, check.MaxFile)

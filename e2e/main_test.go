@@ -7,14 +7,20 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/repronet/repronet/bench/corebench/sample"
+	"github.com/repronet/repronet/internal/agentimage"
 )
 
 // repronetBin is the repronet binary built for the tests that run nodes
 // and coordinators as processes, agentBin the reference agent ("" when
-// the build failed: buildErr says why).
+// the build failed: buildErr says why). baseImage is the tarball of the
+// base image the sample capsules' environments build FROM, which every
+// test's nodes are given (node.Config.BaseImages, --base-image): they
+// never reach a registry.
 var (
-	repronetBin, agentBin string
-	buildErr              error
+	repronetBin, agentBin, baseImage string
+	buildErr                         error
 )
 
 func TestMain(m *testing.M) {
@@ -26,6 +32,10 @@ func TestMain(m *testing.M) {
 	repronetBin, buildErr = buildBinary(dir, "repronet")
 	if buildErr == nil {
 		agentBin, buildErr = buildBinary(dir, "repronet-agent")
+	}
+	if buildErr == nil {
+		baseImage = filepath.Join(dir, "sample-base.oci.tar")
+		buildErr = agentimage.WriteBase(baseImage, sample.BaseImage, agentimage.BusyboxPath)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

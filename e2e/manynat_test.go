@@ -66,7 +66,7 @@ func TestManyNodesBehindOneAddress(t *testing.T) {
 			"--data", filepath.Join(dir, fmt.Sprintf("node%02d", i)), "--network", network,
 			"--coordinator", open.Addrs()[0].String(), "--coordinator", limited.Addrs()[0].String(),
 			"--slots", "1", "--disk-default", "128M", "--containerd", d.Socket,
-			"--namespace", fmt.Sprintf("repronet-e2e-manynat-%02d", i))
+			"--namespace", fmt.Sprintf("repronet-e2e-manynat-%02d", i), "--base-image", baseImages(t)[0])
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		err = cmd.Start()

@@ -25,6 +25,7 @@ import (
 	"github.com/repronet/repronet/internal/families"
 	"github.com/repronet/repronet/node"
 	"github.com/repronet/repronet/sandbox"
+	"github.com/repronet/repronet/sandbox/gpu"
 )
 
 // ensureDaemon starts (or finds running) the private containerd daemon.
@@ -103,6 +104,19 @@ type nodeOpts struct {
 	// hooks make it misbehave (nil: honest).
 	groups []string
 	hooks  *node.TestHooks
+	// gpus are announced; gpuDevices, when set, are the devices behind
+	// them (granted to the jobs given them), else there are none.
+	gpus       []node.GPU
+	gpuDevices *gpu.Inventory
+}
+
+// baseImages are the base images every test node is given.
+func baseImages(t *testing.T) []string {
+	t.Helper()
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return []string{baseImage}
 }
 
 // startNode starts an in-process node with a sandbox of its own on the
@@ -126,7 +140,7 @@ func startNode(ctx context.Context, t *testing.T, d *sandbox.Daemon, log *slog.L
 	}
 	n, err := node.New(ctx, node.Config{DataDir: o.dataDir, Network: o.network, Coordinators: []string{o.coord}, Slots: o.slots,
 		Sandbox: box, HostOptions: o.hostOptions, JoinToken: e2eJoinToken, Logger: log.With("node", o.name), Groups: o.groups,
-		TestHooks: o.hooks})
+		TestHooks: o.hooks, BaseImages: baseImages(t), GPUs: o.gpus, GPUDevices: o.gpuDevices})
 	if err != nil {
 		t.Fatal(err)
 	}

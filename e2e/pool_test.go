@@ -84,7 +84,7 @@ func TestSharedPool(t *testing.T) {
 		box := &countingSandbox{Sandbox: runner}
 		started := time.Now()
 		n, err := node.New(ctx, node.Config{DataDir: t.TempDir(), Network: network, Coordinators: s.coords, Slots: 2,
-			Sandbox: box, OperatorKey: s.op, AnnounceInterval: time.Second, JoinToken: e2eJoinToken, Logger: log})
+			Sandbox: box, OperatorKey: s.op, AnnounceInterval: time.Second, JoinToken: e2eJoinToken, Logger: log, BaseImages: baseImages(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -39,6 +40,53 @@ func sampleSpec(t *testing.T, task corebench.Task, runs int) repro.Spec {
 	return spec
 }
 
+// reproToken is the admin token of the reproducibility tests'
+// coordinators.
+const reproToken = "repro-test-admin-token-0123456789"
+
+// reproCluster starts a coordinator with its HTTP API and three nodes on
+// loopback, on the real daemon, for reproducibility checks; it returns
+// the coordinator, the API's URL and a file holding the admin token.
+func reproCluster(ctx context.Context, t *testing.T, name string) (*coordinator.Coordinator, string, string) {
+	t.Helper()
+	log := testLogger(t)
+	d := ensureDaemon(ctx, t, log)
+	network := uniqueName("e2e-" + name)
+	coord := startCoordinator(ctx, t, coordinator.Config{Network: network, Logger: log, AdminToken: reproToken})
+	api := httptest.NewServer(coord.Handler())
+	t.Cleanup(api.Close)
+	for i := range 3 {
+		startNode(ctx, t, d, log, nodeOpts{name: name + "-" + string(rune('1'+i)), coord: coord.Addrs()[0].String(), network: network})
+	}
+	waitFor(ctx, t, "three nodes in view", func() bool { return len(coord.Nodes()) == 3 })
+	tokenPath := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenPath, []byte(reproToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return coord, api.URL, tokenPath
+}
+
+// reproSubmit runs `repronet repro submit ... --wait --json` and returns
+// the check's status and the command's output.
+func reproSubmit(ctx context.Context, t *testing.T, args ...string) (repro.Status, []byte) {
+	t.Helper()
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, binary(t), append([]string{"repro", "submit", "--wait", "--json"}, args...)...).Output()
+	if err != nil {
+		stderr := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("repronet repro submit: %v\n%s\n%s", err, out, stderr)
+	}
+	var st repro.Status
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Logf("check %s: %s in %.1f s", st.ID, st.State, time.Since(start).Seconds())
+	return st, out
+}
+
 // TestReproSubmit submits a sample capsule for a reproducibility check
 // with `repronet repro submit TARBALL --runs 3 --wait` against a
 // coordinator's HTTP API: its own run script runs three times, on three
@@ -50,20 +98,9 @@ func sampleSpec(t *testing.T, task corebench.Task, runs int) repro.Spec {
 // are what it computes).
 func TestReproSubmit(t *testing.T) {
 	requireRoot(t)
-	bin := binary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	log := testLogger(t)
-	d := ensureDaemon(ctx, t, log)
-	const token = "repro-test-admin-token-0123456789"
-	network := uniqueName("e2e-repro")
-	coord := startCoordinator(ctx, t, coordinator.Config{Network: network, Logger: log, AdminToken: token})
-	api := httptest.NewServer(coord.Handler())
-	defer api.Close()
-	for i := range 3 {
-		startNode(ctx, t, d, log, nodeOpts{name: "repro-" + string(rune('1'+i)), coord: coord.Addrs()[0].String(), network: network})
-	}
-	waitFor(ctx, t, "three nodes in view", func() bool { return len(coord.Nodes()) == 3 })
+	coord, api, tokenPath := reproCluster(ctx, t, "repro")
 
 	tasks, err := corebench.ParseTasks(sample.Tasks())
 	if err != nil {
@@ -77,28 +114,12 @@ func TestReproSubmit(t *testing.T) {
 	}
 	tarball := filepath.Join(dir, task.CapsuleID+".tar.gz")
 	specPath := filepath.Join(dir, "spec.json")
-	tokenPath := filepath.Join(dir, "token")
-	for p, b := range map[string][]byte{tarball: tb, specPath: mustJSON(t, sampleSpec(t, task, 0)), tokenPath: []byte(token)} {
+	for p, b := range map[string][]byte{tarball: tb, specPath: mustJSON(t, sampleSpec(t, task, 0))} {
 		if err := os.WriteFile(p, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	start := time.Now()
-	cmd := exec.CommandContext(ctx, bin, "repro", "submit", tarball, "--spec", specPath, "--runs", "3", "--wait", "--json",
-		"--api", api.URL, "--token-file", tokenPath)
-	out, err := cmd.Output()
-	if err != nil {
-		stderr := ""
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
-		}
-		t.Fatalf("repronet repro submit: %v\n%s\n%s", err, out, stderr)
-	}
-	var st repro.Status
-	if err := json.Unmarshal(out, &st); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	t.Logf("check %s: %s in %.1f s", st.ID, st.State, time.Since(start).Seconds())
+	st, out := reproSubmit(ctx, t, tarball, "--spec", specPath, "--runs", "3", "--api", api, "--token-file", tokenPath)
 	if st.State != repro.StateDone || st.Report == nil || st.RunsDone != 3 || st.RunsWanted != 3 {
 		t.Fatalf("status %+v", st)
 	}
@@ -162,5 +183,78 @@ func TestReproSubmit(t *testing.T) {
 	var againRep repro.Report
 	if err != nil || again.Report == nil || json.Unmarshal(again.Report, &againRep) != nil || againRep.Runs != 3 {
 		t.Fatalf("status again: %+v %v", again, err)
+	}
+}
+
+// TestReproDraft checks a fresh capsule with no spec (`repronet repro
+// submit TARBALL --runs 3 --wait`): the sample capsule-0000005, whose
+// results hold a stable number (rainy days, in a text file and a CSV), a
+// Monte Carlo estimate seeded from /dev/urandom and the time of the run.
+// Its own run script runs three times on three nodes, each returns its
+// results/ folder, and the report drafts the task entry: the stable
+// numbers kept as they are, the estimate kept with its prediction
+// interval, the timestamp flagged and left out of the entry.
+func TestReproDraft(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, api, tokenPath := reproCluster(ctx, t, "draft")
+
+	const id = "capsule-0000005"
+	tb, err := sample.CapsuleTarball(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tarball := filepath.Join(t.TempDir(), id+".tar.gz")
+	if err := os.WriteFile(tarball, tb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, out := reproSubmit(ctx, t, tarball, "--runs", "3", "--api", api, "--token-file", tokenPath)
+	if st.State != repro.StateDone || st.Report == nil || st.Report.Draft == nil || st.Report.Runs != 3 {
+		t.Fatalf("status %s", out)
+	}
+	rep := st.Report
+	verdicts := map[string]repro.DraftValue{}
+	for _, v := range rep.Draft.Values {
+		verdicts[v.Question] = v
+	}
+	const (
+		stable    = "Report `rainy_days` on line 1 of results/summary.txt."
+		estimate  = "Report `pi_estimate` on line 2 of results/summary.txt."
+		timestamp = "Report `finished_at` on line 3 of results/summary.txt."
+		cell      = "Report column `rainy_days` of data row 1 of results/rainfall.csv."
+	)
+	for q, want := range map[string]string{stable: repro.DraftStable, estimate: repro.DraftInterval, timestamp: repro.DraftTimestamp,
+		cell: repro.DraftStable} {
+		if v, ok := verdicts[q]; !ok || v.Verdict != want {
+			t.Fatalf("%q: %+v, want %s; the draft:\n%s", q, v, want, out)
+		}
+	}
+	if v := verdicts[stable]; v.Values[0] != "8" || v.Values[2] != "8" {
+		t.Fatalf("rainy days %v", v.Values)
+	}
+	iv := verdicts[estimate].Interval
+	if iv == nil || iv.N != 3 || !(iv.Lower < 3.1416 && 3.1416 < iv.Upper) || iv.Upper-iv.Lower > 0.5 {
+		t.Fatalf("the estimate's interval %+v", iv)
+	}
+	if !slices.Contains(rep.NotReproduced, timestamp) || rep.Reproducible {
+		t.Fatalf("flagged %v", rep.NotReproduced)
+	}
+	// The entry holds the kept values, not the timestamp, and validates;
+	// the estimate's gold runs are the runs' own values.
+	if err := rep.Task.Validate(0); err != nil || rep.Task.CapsuleID != id || rep.Task.CapsuleTitle == "" || len(rep.Task.Results) != 3 {
+		t.Fatalf("entry %+v: %v", rep.Task, err)
+	}
+	for i, run := range rep.Task.Results {
+		var qs []string
+		for _, a := range run {
+			qs = append(qs, a.Question)
+			if a.Question == estimate && a.Value.Lit != verdicts[estimate].Values[i] {
+				t.Fatalf("run %d: the estimate %s, the run gave %s", i+1, a.Value.Lit, verdicts[estimate].Values[i])
+			}
+		}
+		if !slices.Contains(qs, stable) || !slices.Contains(qs, estimate) || !slices.Contains(qs, cell) || slices.Contains(qs, timestamp) {
+			t.Fatalf("run %d of the entry: %q", i+1, qs)
+		}
 	}
 }

@@ -60,7 +60,7 @@ func TestWalkingSkeleton(t *testing.T) {
 	for range 2 {
 		n, err := node.New(ctx, node.Config{
 			DataDir: t.TempDir(), Coordinators: []string{coord.Addrs()[0].String()},
-			Slots: 2, Sandbox: runner, JoinToken: e2eJoinToken, Logger: log,
+			Slots: 2, Sandbox: runner, JoinToken: e2eJoinToken, Logger: log, BaseImages: baseImages(t),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -353,8 +353,18 @@ func (n *Node) execute(ctx context.Context, coord peer.ID, a *proto.Assignment, 
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: filepath.Join(ws.Dir(), filepath.FromSlash(m.GetSource())),
 			Target: m.GetTarget(), ReadOnly: m.GetReadOnly()})
 	}
+	if r.GetEnvironment() != nil {
+		ph.set("building")
+		inEnv, err := n.inEnvironment(ctx, &spec, r, log)
+		if err != nil {
+			return attemptResult{}, err
+		}
+		if !inEnv {
+			log.Info("no Dockerfile for the environment; the job runs in its own image", "dockerfile", r.GetEnvironment().GetDockerfile())
+		}
+	}
 	log.Info("workspace ready; starting", "workspace_bytes", ws.Size(), "network", string(p.network.Mode),
-		"read_only_root", l.GetReadOnlyRootfs())
+		"read_only_root", l.GetReadOnlyRootfs(), "image", spec.Image)
 	ph.set("running")
 	res, err := n.cfg.Sandbox.Run(ctx, spec)
 	if err != nil {

@@ -31,6 +31,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ipfs/go-cid"
@@ -92,6 +93,18 @@ type Config struct {
 	// proxy passes for later jobs.
 	Egress       egress.Config
 	PackageCache *pkgcache.Config
+	// Registries are the registry hosts (egress patterns) the node pulls
+	// the base images of jobs' environments from (a Dockerfile's FROM),
+	// through an egress proxy of its own that reaches nothing else (with
+	// Egress's Permit, Resolver and Dial); nil: DefaultRegistries, empty:
+	// none. RegistryMirrors are tried first for a registry as references
+	// name it ("docker.io" -> base URLs, sandbox.ParseMirror); their hosts
+	// and ports are allowed too. BaseImages are OCI image-layout tarballs
+	// imported at start under the names they carry: an environment whose
+	// FROM names one is built without a pull (an offline node; the demo).
+	Registries      []string
+	RegistryMirrors map[string][]string
+	BaseImages      []string
 	// Sandbox runs the attempts.
 	Sandbox Sandbox
 	// AnnounceInterval is the steady announcement period; the first 30 s
@@ -154,11 +167,23 @@ type Sandbox interface {
 	// is the Spec.ID of the attempt's Run.
 	CreateWorkspace(ctx context.Context, attemptID string, sizeBytes int64) (*sandbox.Workspace, error)
 	Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
+	// For jobs' environments: ImportImage imports a base image tarball
+	// under its own names, HasImage looks an image up, PullImage pulls
+	// one, BuildEnvironment builds a Dockerfile's image (or finds it
+	// built), ImageConfig reads a job image's entrypoint and command.
+	ImportImage(ctx context.Context, tarball io.Reader) (string, error)
+	HasImage(ctx context.Context, ref string) (bool, error)
+	PullImage(ctx context.Context, ref string, opts sandbox.PullOptions) (string, error)
+	BuildEnvironment(ctx context.Context, spec sandbox.BuildSpec) (sandbox.BuildResult, error)
+	ImageConfig(ctx context.Context, name string) (ocispec.ImageConfig, error)
 }
 
 func (c *Config) setDefaults() {
 	if c.Network == "" {
 		c.Network = "repronet-local"
+	}
+	if c.Registries == nil {
+		c.Registries = DefaultRegistries()
 	}
 	if c.GPUDevices != nil && len(c.GPUs) == 0 {
 		for _, d := range c.GPUDevices.Devices {
@@ -219,6 +244,9 @@ type Node struct {
 	egress        *egress.Proxy
 	pkgs          *pkgcache.Cache
 	egressRefused atomic.Uint64
+	// pulls reaches registryHosts alone, for environments' base images.
+	pulls         *egress.Proxy
+	registryHosts []string
 
 	// disk guards the data folder's free space (every write to ds and to
 	// the block files asks it first).
@@ -290,6 +318,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 
 func (n *Node) start(ctx context.Context) error {
 	if err := n.startEgress(); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if err := n.startPulls(); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if err := n.importBaseImages(ctx); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	opts := []libp2p.Option{libp2p.Identity(n.key), libp2p.PrometheusRegisterer(n.metrics)}

@@ -17,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	mh "github.com/multiformats/go-multihash"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/repronet/repronet/proto"
@@ -35,6 +36,19 @@ func (idleSandbox) CreateWorkspace(context.Context, string, int64) (*sandbox.Wor
 }
 func (idleSandbox) Run(context.Context, sandbox.Spec) (sandbox.Result, error) {
 	return sandbox.Result{}, errors.New("nothing runs here")
+}
+func (idleSandbox) ImportImage(context.Context, io.Reader) (string, error) {
+	return "", errors.New("no images here")
+}
+func (idleSandbox) HasImage(context.Context, string) (bool, error) { return false, nil }
+func (idleSandbox) PullImage(context.Context, string, sandbox.PullOptions) (string, error) {
+	return "", errors.New("no images here")
+}
+func (idleSandbox) BuildEnvironment(context.Context, sandbox.BuildSpec) (sandbox.BuildResult, error) {
+	return sandbox.BuildResult{}, errors.New("nothing is built here")
+}
+func (idleSandbox) ImageConfig(context.Context, string) (ocispec.ImageConfig, error) {
+	return ocispec.ImageConfig{}, errors.New("no images here")
 }
 
 func newPeer(t *testing.T) (crypto.PrivKey, peer.ID) {

@@ -911,7 +911,12 @@ type Recipe struct {
 	// gpus the job needs (none: a CPU slot).
 	Gpus *GPURequest `protobuf:"bytes,11,opt,name=gpus,proto3" json:"gpus,omitempty"`
 	// outputs are returned by content address (Report.outputs).
-	Outputs       []*Output `protobuf:"bytes,12,rep,name=outputs,proto3" json:"outputs,omitempty"`
+	Outputs []*Output `protobuf:"bytes,12,rep,name=outputs,proto3" json:"outputs,omitempty"`
+	// environment, when set, is the job's environment, built by the node from
+	// a Dockerfile in the workspace (CORE-Bench Medium): the job runs in that
+	// image, with its own image's files (image_cid) shown read-only inside
+	// it. Nodes before this field ignore it (docs/protocol.md).
+	Environment   *Environment `protobuf:"bytes,13,opt,name=environment,proto3" json:"environment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1030,6 +1035,102 @@ func (x *Recipe) GetOutputs() []*Output {
 	return nil
 }
 
+func (x *Recipe) GetEnvironment() *Environment {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
+// Environment is a job's environment built from a Dockerfile in its
+// workspace once the inputs are placed and the edits applied. The node
+// builds the image itself (a single stage; its FROM is taken from the
+// node's images or pulled through the node's egress proxy from the
+// registries the node allows), keeps it for later jobs, and runs the job
+// in it: the job image's folder image_mount shown read-only at the same
+// path, its entrypoint and command (the recipe's, else the job image's)
+// run from there, the environment's variables and working folder, the
+// recipe's env and cwd on top. The build's steps have the recipe's limits
+// and network, and the time to pull and build counts against the
+// wall-clock limit.
+type Environment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// dockerfile is the workspace path of the Dockerfile.
+	Dockerfile string `protobuf:"bytes,1,opt,name=dockerfile,proto3" json:"dockerfile,omitempty"`
+	// context is the workspace folder of the build context (what COPY and
+	// ADD read); empty: the Dockerfile's folder.
+	Context string `protobuf:"bytes,2,opt,name=context,proto3" json:"context,omitempty"`
+	// image_mount is the job image's folder shown, read-only, at the same
+	// path in the environment (an agent keeps its files in /agent:
+	// docs/agents.md): an absolute, clean path other than /; empty: nothing
+	// of the job's image is shown (a job whose command is the
+	// environment's own, such as a capsule's run script).
+	ImageMount string `protobuf:"bytes,3,opt,name=image_mount,json=imageMount,proto3" json:"image_mount,omitempty"`
+	// if_present: when the workspace holds no file at dockerfile, the job
+	// runs in its own image as if no environment were given.
+	IfPresent     bool `protobuf:"varint,4,opt,name=if_present,json=ifPresent,proto3" json:"if_present,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Environment) Reset() {
+	*x = Environment{}
+	mi := &file_proto_repronet_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Environment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Environment) ProtoMessage() {}
+
+func (x *Environment) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_repronet_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Environment.ProtoReflect.Descriptor instead.
+func (*Environment) Descriptor() ([]byte, []int) {
+	return file_proto_repronet_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Environment) GetDockerfile() string {
+	if x != nil {
+		return x.Dockerfile
+	}
+	return ""
+}
+
+func (x *Environment) GetContext() string {
+	if x != nil {
+		return x.Context
+	}
+	return ""
+}
+
+func (x *Environment) GetImageMount() string {
+	if x != nil {
+		return x.ImageMount
+	}
+	return ""
+}
+
+func (x *Environment) GetIfPresent() bool {
+	if x != nil {
+		return x.IfPresent
+	}
+	return false
+}
+
 // Input is content placed in the workspace.
 type Input struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1049,7 +1150,7 @@ type Input struct {
 
 func (x *Input) Reset() {
 	*x = Input{}
-	mi := &file_proto_repronet_proto_msgTypes[9]
+	mi := &file_proto_repronet_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1162,7 @@ func (x *Input) String() string {
 func (*Input) ProtoMessage() {}
 
 func (x *Input) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[9]
+	mi := &file_proto_repronet_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1175,7 @@ func (x *Input) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Input.ProtoReflect.Descriptor instead.
 func (*Input) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{9}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Input) GetCid() []byte {
@@ -1122,7 +1223,7 @@ type Edit struct {
 
 func (x *Edit) Reset() {
 	*x = Edit{}
-	mi := &file_proto_repronet_proto_msgTypes[10]
+	mi := &file_proto_repronet_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1235,7 @@ func (x *Edit) String() string {
 func (*Edit) ProtoMessage() {}
 
 func (x *Edit) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[10]
+	mi := &file_proto_repronet_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1248,7 @@ func (x *Edit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edit.ProtoReflect.Descriptor instead.
 func (*Edit) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{10}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Edit) GetOp() isEdit_Op {
@@ -1253,7 +1354,7 @@ type FileWrite struct {
 
 func (x *FileWrite) Reset() {
 	*x = FileWrite{}
-	mi := &file_proto_repronet_proto_msgTypes[11]
+	mi := &file_proto_repronet_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1366,7 @@ func (x *FileWrite) String() string {
 func (*FileWrite) ProtoMessage() {}
 
 func (x *FileWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[11]
+	mi := &file_proto_repronet_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1379,7 @@ func (x *FileWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileWrite.ProtoReflect.Descriptor instead.
 func (*FileWrite) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{11}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FileWrite) GetPath() string {
@@ -1311,7 +1412,7 @@ type RemoveMatching struct {
 
 func (x *RemoveMatching) Reset() {
 	*x = RemoveMatching{}
-	mi := &file_proto_repronet_proto_msgTypes[12]
+	mi := &file_proto_repronet_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1424,7 @@ func (x *RemoveMatching) String() string {
 func (*RemoveMatching) ProtoMessage() {}
 
 func (x *RemoveMatching) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[12]
+	mi := &file_proto_repronet_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1437,7 @@ func (x *RemoveMatching) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMatching.ProtoReflect.Descriptor instead.
 func (*RemoveMatching) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{12}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoveMatching) GetUnder() string {
@@ -1375,7 +1476,7 @@ type FileMatch struct {
 
 func (x *FileMatch) Reset() {
 	*x = FileMatch{}
-	mi := &file_proto_repronet_proto_msgTypes[13]
+	mi := &file_proto_repronet_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1488,7 @@ func (x *FileMatch) String() string {
 func (*FileMatch) ProtoMessage() {}
 
 func (x *FileMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[13]
+	mi := &file_proto_repronet_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1501,7 @@ func (x *FileMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileMatch.ProtoReflect.Descriptor instead.
 func (*FileMatch) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{13}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FileMatch) GetPathContains() []string {
@@ -1450,7 +1551,7 @@ type Mount struct {
 
 func (x *Mount) Reset() {
 	*x = Mount{}
-	mi := &file_proto_repronet_proto_msgTypes[14]
+	mi := &file_proto_repronet_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1563,7 @@ func (x *Mount) String() string {
 func (*Mount) ProtoMessage() {}
 
 func (x *Mount) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[14]
+	mi := &file_proto_repronet_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1576,7 @@ func (x *Mount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mount.ProtoReflect.Descriptor instead.
 func (*Mount) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{14}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Mount) GetSource() string {
@@ -1512,7 +1613,7 @@ type GPURequest struct {
 
 func (x *GPURequest) Reset() {
 	*x = GPURequest{}
-	mi := &file_proto_repronet_proto_msgTypes[15]
+	mi := &file_proto_repronet_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1625,7 @@ func (x *GPURequest) String() string {
 func (*GPURequest) ProtoMessage() {}
 
 func (x *GPURequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[15]
+	mi := &file_proto_repronet_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1638,7 @@ func (x *GPURequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPURequest.ProtoReflect.Descriptor instead.
 func (*GPURequest) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{15}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GPURequest) GetCount() uint32 {
@@ -1576,7 +1677,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_proto_repronet_proto_msgTypes[16]
+	mi := &file_proto_repronet_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1689,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[16]
+	mi := &file_proto_repronet_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1702,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{16}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Output) GetPath() string {
@@ -1642,7 +1743,7 @@ type AssignmentResponse struct {
 
 func (x *AssignmentResponse) Reset() {
 	*x = AssignmentResponse{}
-	mi := &file_proto_repronet_proto_msgTypes[17]
+	mi := &file_proto_repronet_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1654,7 +1755,7 @@ func (x *AssignmentResponse) String() string {
 func (*AssignmentResponse) ProtoMessage() {}
 
 func (x *AssignmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[17]
+	mi := &file_proto_repronet_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1667,7 +1768,7 @@ func (x *AssignmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignmentResponse.ProtoReflect.Descriptor instead.
 func (*AssignmentResponse) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{17}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AssignmentResponse) GetAttemptId() string {
@@ -1718,7 +1819,7 @@ type LeaseRenewal struct {
 
 func (x *LeaseRenewal) Reset() {
 	*x = LeaseRenewal{}
-	mi := &file_proto_repronet_proto_msgTypes[18]
+	mi := &file_proto_repronet_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1831,7 @@ func (x *LeaseRenewal) String() string {
 func (*LeaseRenewal) ProtoMessage() {}
 
 func (x *LeaseRenewal) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[18]
+	mi := &file_proto_repronet_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1844,7 @@ func (x *LeaseRenewal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRenewal.ProtoReflect.Descriptor instead.
 func (*LeaseRenewal) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{18}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseRenewal) GetAttemptId() string {
@@ -1773,7 +1874,7 @@ type LeaseAck struct {
 
 func (x *LeaseAck) Reset() {
 	*x = LeaseAck{}
-	mi := &file_proto_repronet_proto_msgTypes[19]
+	mi := &file_proto_repronet_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1886,7 @@ func (x *LeaseAck) String() string {
 func (*LeaseAck) ProtoMessage() {}
 
 func (x *LeaseAck) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[19]
+	mi := &file_proto_repronet_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +1899,7 @@ func (x *LeaseAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseAck.ProtoReflect.Descriptor instead.
 func (*LeaseAck) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{19}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaseAck) GetAttemptId() string {
@@ -1846,7 +1947,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_proto_repronet_proto_msgTypes[20]
+	mi := &file_proto_repronet_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1959,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[20]
+	mi := &file_proto_repronet_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1972,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{20}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Usage) GetCpuSeconds() float64 {
@@ -1929,7 +2030,7 @@ type OutputFile struct {
 
 func (x *OutputFile) Reset() {
 	*x = OutputFile{}
-	mi := &file_proto_repronet_proto_msgTypes[21]
+	mi := &file_proto_repronet_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2042,7 @@ func (x *OutputFile) String() string {
 func (*OutputFile) ProtoMessage() {}
 
 func (x *OutputFile) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[21]
+	mi := &file_proto_repronet_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2055,7 @@ func (x *OutputFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputFile.ProtoReflect.Descriptor instead.
 func (*OutputFile) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{21}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OutputFile) GetPath() string {
@@ -2010,7 +2111,7 @@ type Report struct {
 
 func (x *Report) Reset() {
 	*x = Report{}
-	mi := &file_proto_repronet_proto_msgTypes[22]
+	mi := &file_proto_repronet_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2123,7 @@ func (x *Report) String() string {
 func (*Report) ProtoMessage() {}
 
 func (x *Report) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[22]
+	mi := &file_proto_repronet_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2136,7 @@ func (x *Report) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Report.ProtoReflect.Descriptor instead.
 func (*Report) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{22}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Report) GetAttemptId() string {
@@ -2151,7 +2252,7 @@ type OutputRef struct {
 
 func (x *OutputRef) Reset() {
 	*x = OutputRef{}
-	mi := &file_proto_repronet_proto_msgTypes[23]
+	mi := &file_proto_repronet_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2264,7 @@ func (x *OutputRef) String() string {
 func (*OutputRef) ProtoMessage() {}
 
 func (x *OutputRef) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[23]
+	mi := &file_proto_repronet_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2277,7 @@ func (x *OutputRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputRef.ProtoReflect.Descriptor instead.
 func (*OutputRef) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{23}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *OutputRef) GetPath() string {
@@ -2227,7 +2328,7 @@ type ReportAck struct {
 
 func (x *ReportAck) Reset() {
 	*x = ReportAck{}
-	mi := &file_proto_repronet_proto_msgTypes[24]
+	mi := &file_proto_repronet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2340,7 @@ func (x *ReportAck) String() string {
 func (*ReportAck) ProtoMessage() {}
 
 func (x *ReportAck) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[24]
+	mi := &file_proto_repronet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2353,7 @@ func (x *ReportAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAck.ProtoReflect.Descriptor instead.
 func (*ReportAck) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{24}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReportAck) GetAttemptId() string {
@@ -2313,7 +2414,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_proto_repronet_proto_msgTypes[25]
+	mi := &file_proto_repronet_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2325,7 +2426,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[25]
+	mi := &file_proto_repronet_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2338,7 +2439,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{25}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *JoinRequest) GetToken() string {
@@ -2368,7 +2469,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_proto_repronet_proto_msgTypes[26]
+	mi := &file_proto_repronet_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2481,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[26]
+	mi := &file_proto_repronet_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2494,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{26}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *JoinResponse) GetAdmitted() bool {
@@ -2491,7 +2592,7 @@ const file_proto_repronet_proto_rawDesc = "" +
 	"\x1alease_deadline_unix_millis\x18\v \x01(\x03R\x17leaseDeadlineUnixMillis\x123\n" +
 	"\tproviders\x18\f \x03(\v2\x15.repronet.v1.ProviderR\tproviders\x12\x1f\n" +
 	"\vmodel_token\x18\x12 \x01(\tR\n" +
-	"modelTokenJ\x04\b\x04\x10\vJ\x04\b\r\x10\x0eJ\x04\b\x0f\x10\x10J\x04\b\x10\x10\x11\"\xae\x03\n" +
+	"modelTokenJ\x04\b\x04\x10\vJ\x04\b\r\x10\x0eJ\x04\b\x0f\x10\x10J\x04\b\x10\x10\x11\"\xea\x03\n" +
 	"\x06Recipe\x12\x1b\n" +
 	"\timage_cid\x18\x01 \x01(\fR\bimageCid\x12*\n" +
 	"\x06inputs\x18\x02 \x03(\v2\x12.repronet.v1.InputR\x06inputs\x12'\n" +
@@ -2507,7 +2608,17 @@ const file_proto_repronet_proto_rawDesc = "" +
 	"\x06limits\x18\n" +
 	" \x01(\v2\x13.repronet.v1.LimitsR\x06limits\x12+\n" +
 	"\x04gpus\x18\v \x01(\v2\x17.repronet.v1.GPURequestR\x04gpus\x12-\n" +
-	"\aoutputs\x18\f \x03(\v2\x13.repronet.v1.OutputR\aoutputs\"Y\n" +
+	"\aoutputs\x18\f \x03(\v2\x13.repronet.v1.OutputR\aoutputs\x12:\n" +
+	"\venvironment\x18\r \x01(\v2\x18.repronet.v1.EnvironmentR\venvironment\"\x87\x01\n" +
+	"\vEnvironment\x12\x1e\n" +
+	"\n" +
+	"dockerfile\x18\x01 \x01(\tR\n" +
+	"dockerfile\x12\x18\n" +
+	"\acontext\x18\x02 \x01(\tR\acontext\x12\x1f\n" +
+	"\vimage_mount\x18\x03 \x01(\tR\n" +
+	"imageMount\x12\x1d\n" +
+	"\n" +
+	"if_present\x18\x04 \x01(\bR\tifPresent\"Y\n" +
 	"\x05Input\x12\x10\n" +
 	"\x03cid\x18\x01 \x01(\fR\x03cid\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
@@ -2653,7 +2764,7 @@ func file_proto_repronet_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_repronet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_repronet_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_proto_repronet_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_proto_repronet_proto_goTypes = []any{
 	(DeclineCode)(0),           // 0: repronet.v1.DeclineCode
 	(Outcome)(0),               // 1: repronet.v1.Outcome
@@ -2666,24 +2777,25 @@ var file_proto_repronet_proto_goTypes = []any{
 	(*Provider)(nil),           // 8: repronet.v1.Provider
 	(*Assignment)(nil),         // 9: repronet.v1.Assignment
 	(*Recipe)(nil),             // 10: repronet.v1.Recipe
-	(*Input)(nil),              // 11: repronet.v1.Input
-	(*Edit)(nil),               // 12: repronet.v1.Edit
-	(*FileWrite)(nil),          // 13: repronet.v1.FileWrite
-	(*RemoveMatching)(nil),     // 14: repronet.v1.RemoveMatching
-	(*FileMatch)(nil),          // 15: repronet.v1.FileMatch
-	(*Mount)(nil),              // 16: repronet.v1.Mount
-	(*GPURequest)(nil),         // 17: repronet.v1.GPURequest
-	(*Output)(nil),             // 18: repronet.v1.Output
-	(*AssignmentResponse)(nil), // 19: repronet.v1.AssignmentResponse
-	(*LeaseRenewal)(nil),       // 20: repronet.v1.LeaseRenewal
-	(*LeaseAck)(nil),           // 21: repronet.v1.LeaseAck
-	(*Usage)(nil),              // 22: repronet.v1.Usage
-	(*OutputFile)(nil),         // 23: repronet.v1.OutputFile
-	(*Report)(nil),             // 24: repronet.v1.Report
-	(*OutputRef)(nil),          // 25: repronet.v1.OutputRef
-	(*ReportAck)(nil),          // 26: repronet.v1.ReportAck
-	(*JoinRequest)(nil),        // 27: repronet.v1.JoinRequest
-	(*JoinResponse)(nil),       // 28: repronet.v1.JoinResponse
+	(*Environment)(nil),        // 11: repronet.v1.Environment
+	(*Input)(nil),              // 12: repronet.v1.Input
+	(*Edit)(nil),               // 13: repronet.v1.Edit
+	(*FileWrite)(nil),          // 14: repronet.v1.FileWrite
+	(*RemoveMatching)(nil),     // 15: repronet.v1.RemoveMatching
+	(*FileMatch)(nil),          // 16: repronet.v1.FileMatch
+	(*Mount)(nil),              // 17: repronet.v1.Mount
+	(*GPURequest)(nil),         // 18: repronet.v1.GPURequest
+	(*Output)(nil),             // 19: repronet.v1.Output
+	(*AssignmentResponse)(nil), // 20: repronet.v1.AssignmentResponse
+	(*LeaseRenewal)(nil),       // 21: repronet.v1.LeaseRenewal
+	(*LeaseAck)(nil),           // 22: repronet.v1.LeaseAck
+	(*Usage)(nil),              // 23: repronet.v1.Usage
+	(*OutputFile)(nil),         // 24: repronet.v1.OutputFile
+	(*Report)(nil),             // 25: repronet.v1.Report
+	(*OutputRef)(nil),          // 26: repronet.v1.OutputRef
+	(*ReportAck)(nil),          // 27: repronet.v1.ReportAck
+	(*JoinRequest)(nil),        // 28: repronet.v1.JoinRequest
+	(*JoinResponse)(nil),       // 29: repronet.v1.JoinResponse
 }
 var file_proto_repronet_proto_depIdxs = []int32{
 	2,  // 0: repronet.v1.Announcement.slot:type_name -> repronet.v1.SlotShape
@@ -2691,24 +2803,25 @@ var file_proto_repronet_proto_depIdxs = []int32{
 	3,  // 2: repronet.v1.Announcement.gpus:type_name -> repronet.v1.GPU
 	10, // 3: repronet.v1.Assignment.recipe:type_name -> repronet.v1.Recipe
 	8,  // 4: repronet.v1.Assignment.providers:type_name -> repronet.v1.Provider
-	11, // 5: repronet.v1.Recipe.inputs:type_name -> repronet.v1.Input
-	12, // 6: repronet.v1.Recipe.edits:type_name -> repronet.v1.Edit
-	16, // 7: repronet.v1.Recipe.mounts:type_name -> repronet.v1.Mount
+	12, // 5: repronet.v1.Recipe.inputs:type_name -> repronet.v1.Input
+	13, // 6: repronet.v1.Recipe.edits:type_name -> repronet.v1.Edit
+	17, // 7: repronet.v1.Recipe.mounts:type_name -> repronet.v1.Mount
 	7,  // 8: repronet.v1.Recipe.limits:type_name -> repronet.v1.Limits
-	17, // 9: repronet.v1.Recipe.gpus:type_name -> repronet.v1.GPURequest
-	18, // 10: repronet.v1.Recipe.outputs:type_name -> repronet.v1.Output
-	13, // 11: repronet.v1.Edit.write:type_name -> repronet.v1.FileWrite
-	14, // 12: repronet.v1.Edit.remove_matching:type_name -> repronet.v1.RemoveMatching
-	15, // 13: repronet.v1.RemoveMatching.any:type_name -> repronet.v1.FileMatch
-	0,  // 14: repronet.v1.AssignmentResponse.code:type_name -> repronet.v1.DeclineCode
-	1,  // 15: repronet.v1.Report.outcome:type_name -> repronet.v1.Outcome
-	22, // 16: repronet.v1.Report.usage:type_name -> repronet.v1.Usage
-	25, // 17: repronet.v1.Report.outputs:type_name -> repronet.v1.OutputRef
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	18, // 9: repronet.v1.Recipe.gpus:type_name -> repronet.v1.GPURequest
+	19, // 10: repronet.v1.Recipe.outputs:type_name -> repronet.v1.Output
+	11, // 11: repronet.v1.Recipe.environment:type_name -> repronet.v1.Environment
+	14, // 12: repronet.v1.Edit.write:type_name -> repronet.v1.FileWrite
+	15, // 13: repronet.v1.Edit.remove_matching:type_name -> repronet.v1.RemoveMatching
+	16, // 14: repronet.v1.RemoveMatching.any:type_name -> repronet.v1.FileMatch
+	0,  // 15: repronet.v1.AssignmentResponse.code:type_name -> repronet.v1.DeclineCode
+	1,  // 16: repronet.v1.Report.outcome:type_name -> repronet.v1.Outcome
+	23, // 17: repronet.v1.Report.usage:type_name -> repronet.v1.Usage
+	26, // 18: repronet.v1.Report.outputs:type_name -> repronet.v1.OutputRef
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_proto_repronet_proto_init() }
@@ -2716,7 +2829,7 @@ func file_proto_repronet_proto_init() {
 	if File_proto_repronet_proto != nil {
 		return
 	}
-	file_proto_repronet_proto_msgTypes[10].OneofWrappers = []any{
+	file_proto_repronet_proto_msgTypes[11].OneofWrappers = []any{
 		(*Edit_Remove)(nil),
 		(*Edit_Dir)(nil),
 		(*Edit_EmptyDir)(nil),
@@ -2729,7 +2842,7 @@ func file_proto_repronet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_repronet_proto_rawDesc), len(file_proto_repronet_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

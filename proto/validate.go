@@ -300,6 +300,24 @@ func ValidateRecipe(r *Recipe) error {
 		}
 		targets[m.GetTarget()] = true
 	}
+	if env := r.GetEnvironment(); env != nil {
+		if err := CheckWorkspacePath(env.GetDockerfile()); err != nil {
+			return invalid("recipe: environment.dockerfile: %v", err)
+		}
+		if c := env.GetContext(); c != "" {
+			if err := CheckWorkspacePath(c); err != nil {
+				return invalid("recipe: environment.context: %v", err)
+			}
+		}
+		if t := env.GetImageMount(); t != "" { // empty: the job's image is not shown
+			if err := checkContainerPath(t); err != nil || t == "/" {
+				return invalid("recipe: environment.image_mount %q: an absolute, clean path other than /", t)
+			}
+			if targets[t] {
+				return invalid("recipe: environment.image_mount %q: also a mount's target", t)
+			}
+		}
+	}
 	l := r.GetLimits()
 	if l.GetCpuMillis() == 0 || l.GetMemoryBytes() == 0 || l.GetWallSeconds() == 0 {
 		return invalid("recipe: limits need cpu_millis, memory_bytes and wall_seconds")

@@ -84,6 +84,9 @@ func collectOne(ctx context.Context, ws string, o *proto.Output, add Adder) (cid
 	return c, n, nil
 }
 
+// errMissing is what opening a path that is not there returns.
+var errMissing = errors.New("missing")
+
 // errOverLimit is what a folder's tarball hits when it grows past its limit.
 var errOverLimit = errors.New("over its max_bytes")
 
@@ -245,7 +248,7 @@ func openPathAt(root int, p string, dir bool) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Fstatat(cur, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return -1, errors.New("missing")
+			return -1, errMissing
 		}
 		return -1, err
 	}
@@ -263,7 +266,7 @@ func openDirAt(dirfd int, name, what string) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return -1, fmt.Errorf("%s: missing", what)
+			return -1, fmt.Errorf("%s: %w", what, errMissing)
 		}
 		return -1, fmt.Errorf("%s: %w", what, err)
 	}

@@ -367,6 +367,26 @@ func TestValidate(t *testing.T) {
 		}, "only IPv4"},
 		{"allow-list without egress", func(r *proto.Recipe) { r.Limits.Allow = []string{"10.0.0.1"} }, "takes no allow-list"},
 		{"disk below a workspace", func(r *proto.Recipe) { r.Limits.DiskBytes = 1 << 20 }, "disk_bytes"},
+		{"environment", func(r *proto.Recipe) {
+			r.Environment = &proto.Environment{Dockerfile: "cap/environment/Dockerfile", Context: "cap/environment", ImageMount: "/agent"}
+		}, ""},
+		{"environment showing nothing of the job's image", func(r *proto.Recipe) {
+			r.Environment = &proto.Environment{Dockerfile: "cap/environment/Dockerfile", IfPresent: true}
+		}, ""},
+		{"environment without a Dockerfile", func(r *proto.Recipe) { r.Environment = &proto.Environment{ImageMount: "/agent"} }, "environment.dockerfile"},
+		{"environment Dockerfile outside", func(r *proto.Recipe) {
+			r.Environment = &proto.Environment{Dockerfile: "../Dockerfile", ImageMount: "/agent"}
+		}, "environment.dockerfile"},
+		{"environment context absolute", func(r *proto.Recipe) {
+			r.Environment = &proto.Environment{Dockerfile: "Dockerfile", Context: "/etc", ImageMount: "/agent"}
+		}, "environment.context"},
+		{"environment image mount relative", func(r *proto.Recipe) {
+			r.Environment = &proto.Environment{Dockerfile: "Dockerfile", ImageMount: "agent"}
+		}, "environment.image_mount"},
+		{"environment image mount over /", func(r *proto.Recipe) { r.Environment = &proto.Environment{Dockerfile: "Dockerfile", ImageMount: "/"} }, "environment.image_mount"},
+		{"environment image mount over a mount", func(r *proto.Recipe) {
+			r.Environment = &proto.Environment{Dockerfile: "Dockerfile", ImageMount: "/code"}
+		}, "environment.image_mount"},
 	}
 	for _, tt := range tests {
 		r := ok()
@@ -374,6 +394,62 @@ func TestValidate(t *testing.T) {
 		err := Validate(r)
 		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
 			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+// TestEnvironment finds a recipe's environment in a workspace whose
+// capsule plants links: a Dockerfile that is a link (to a secret outside),
+// a linked environment folder, a linked context, a FIFO and an oversized
+// Dockerfile are refused; a missing Dockerfile is "none" only when the
+// environment says if_present; nothing outside the workspace is read.
+func TestEnvironment(t *testing.T) {
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "Dockerfile"), []byte("FROM secret\n"), 0o644)
+	ws := t.TempDir()
+	for _, d := range []string{"good/environment", "linkdf/environment", "fifo/environment", "big/environment", "linkctx/environment", "none"} {
+		os.MkdirAll(filepath.Join(ws, d), 0o755)
+	}
+	os.WriteFile(filepath.Join(ws, "good/environment/Dockerfile"), []byte("FROM busybox\n"), 0o644)
+	os.WriteFile(filepath.Join(ws, "Dockerfile"), []byte("FROM top\n"), 0o644)
+	os.Symlink(filepath.Join(outside, "Dockerfile"), filepath.Join(ws, "linkdf/environment/Dockerfile"))
+	os.Symlink(outside, filepath.Join(ws, "linkenv"))
+	mkfifo(t, filepath.Join(ws, "fifo/environment/Dockerfile"))
+	os.WriteFile(filepath.Join(ws, "big/environment/Dockerfile"), make([]byte, MaxDockerfile+1), 0o644)
+	os.WriteFile(filepath.Join(ws, "linkctx/environment/Dockerfile"), []byte("FROM busybox\n"), 0o644)
+	os.Symlink(outside, filepath.Join(ws, "linkctx/ctx"))
+	for _, tt := range []struct {
+		name    string
+		env     *proto.Environment
+		ok      bool
+		want    string // error; "" for none
+		data    string
+		context string
+	}{
+		{"no environment", nil, false, "", "", ""},
+		{"found", &proto.Environment{Dockerfile: "good/environment/Dockerfile", ImageMount: "/agent"}, true, "", "FROM busybox\n", "good/environment"},
+		{"found, context given", &proto.Environment{Dockerfile: "good/environment/Dockerfile", Context: "good", ImageMount: "/agent"}, true, "", "FROM busybox\n", "good"},
+		{"at the top, the workspace as context", &proto.Environment{Dockerfile: "Dockerfile", ImageMount: "/agent"}, true, "", "FROM top\n", ""},
+		{"missing, if present", &proto.Environment{Dockerfile: "none/environment/Dockerfile", IfPresent: true, ImageMount: "/agent"}, false, "", "", ""},
+		{"missing folder, if present", &proto.Environment{Dockerfile: "nowhere/environment/Dockerfile", IfPresent: true, ImageMount: "/agent"}, false, "", "", ""},
+		{"missing, required", &proto.Environment{Dockerfile: "none/environment/Dockerfile", ImageMount: "/agent"}, false, "missing", "", ""},
+		{"a linked Dockerfile", &proto.Environment{Dockerfile: "linkdf/environment/Dockerfile", IfPresent: true, ImageMount: "/agent"}, false, "symlink", "", ""},
+		{"through a linked folder", &proto.Environment{Dockerfile: "linkenv/Dockerfile", IfPresent: true, ImageMount: "/agent"}, false, "symlink", "", ""},
+		{"a FIFO", &proto.Environment{Dockerfile: "fifo/environment/Dockerfile", ImageMount: "/agent"}, false, "named pipe", "", ""},
+		{"too large", &proto.Environment{Dockerfile: "big/environment/Dockerfile", ImageMount: "/agent"}, false, "over", "", ""},
+		{"a linked context", &proto.Environment{Dockerfile: "linkctx/environment/Dockerfile", Context: "linkctx/ctx", ImageMount: "/agent"}, false, "symlink", "", ""},
+	} {
+		files, ok, err := Environment(ws, &proto.Recipe{Environment: tt.env})
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) || ok != tt.ok {
+			t.Errorf("%s: ok %v, %v; want ok %v, error %q", tt.name, ok, err, tt.ok, tt.want)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if string(files.Data) != tt.data || files.Context != filepath.Join(ws, tt.context) ||
+			files.Dockerfile != filepath.Join(ws, tt.env.GetDockerfile()) {
+			t.Errorf("%s: %+v", tt.name, files)
 		}
 	}
 }

@@ -11,11 +11,14 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -489,24 +492,71 @@ type PullOptions struct {
 	// PlainHTTP speaks HTTP, not HTTPS, to the registry (a mirror on the
 	// node's LAN; tests).
 	PlainHTTP bool
+	// Mirrors are registries tried first, in order, for the images of a
+	// registry host as references name it ("docker.io"): base URLs
+	// ("http://mirror.lan:5000", "https://mirror.example.org") whose
+	// registry API is at /v2 (ParseMirror). The registry itself is tried
+	// after them.
+	Mirrors map[string][]string
 }
 
-// PullImage pulls ref (e.g. a Dockerfile's FROM) from its registry for the
-// host platform, unpacks it and returns its name. The image joins the
+// ParseMirror reads a registry mirror as a node's flag gives it,
+// REGISTRY=URL ("docker.io=http://mirror.lan:5000"): the registry host
+// references name, and the mirror's base URL (http or https, a host name
+// and an optional port, no path, query or credentials).
+func ParseMirror(s string) (registry, mirror string, err error) {
+	registry, mirror, ok := strings.Cut(s, "=")
+	if !ok || registry == "" || strings.ContainsAny(registry, "/ ") {
+		return "", "", fmt.Errorf("registry mirror %q: want REGISTRY=URL (e.g. docker.io=http://mirror.lan:5000)", s)
+	}
+	u, err := url.Parse(mirror)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return "", "", fmt.Errorf("registry mirror %q: the mirror must be an http:// or https:// URL with a host and no path", s)
+	}
+	return registry, u.Scheme + "://" + u.Host, nil
+}
+
+// PullImage pulls ref (e.g. a Dockerfile's FROM) from its registry (or
+// its mirrors) for the host platform, unpacks it and returns its name.
+// Registries that ask for a token get one anonymously (Docker Hub's
+// auth.docker.io), through the same client. The image joins the
 // keyed-image cache and its quota (keyed by its name).
 func (r *Runner) PullImage(ctx context.Context, ref string, opts PullOptions) (string, error) {
 	name, err := ociimage.FullRef(ref)
 	if err != nil {
 		return "", err
 	}
-	ropts := []docker.RegistryOpt{}
-	if opts.Client != nil {
-		ropts = append(ropts, docker.WithClient(opts.Client))
+	hc := opts.Client
+	if hc == nil {
+		hc = http.DefaultClient
 	}
+	auth := docker.NewDockerAuthorizer(docker.WithAuthClient(hc))
+	ropts := []docker.RegistryOpt{docker.WithClient(hc), docker.WithAuthorizer(auth)}
 	if opts.PlainHTTP {
 		ropts = append(ropts, docker.WithPlainHTTP(func(string) (bool, error) { return true, nil }))
 	}
-	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: docker.ConfigureDefaultRegistries(ropts...)})
+	registries := docker.ConfigureDefaultRegistries(ropts...)
+	mirrors := map[string][]docker.RegistryHost{}
+	for reg, urls := range opts.Mirrors {
+		for _, m := range urls {
+			_, base, err := ParseMirror(reg + "=" + m)
+			if err != nil {
+				return "", fmt.Errorf("pull %s: %w", name, err)
+			}
+			u, _ := url.Parse(base)
+			mirrors[reg] = append(mirrors[reg], docker.RegistryHost{Client: hc, Authorizer: auth, Host: u.Host,
+				Scheme: u.Scheme, Path: "/v2", Capabilities: docker.HostCapabilityPull | docker.HostCapabilityResolve})
+		}
+	}
+	hosts := func(host string) ([]docker.RegistryHost, error) {
+		up, err := registries(host)
+		if err != nil {
+			return nil, err
+		}
+		return append(slices.Clone(mirrors[host]), up...), nil
+	}
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
 	r.importMu.Lock()
 	defer r.importMu.Unlock()
 	nctx := r.nsCtx(ctx)

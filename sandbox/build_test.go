@@ -1,11 +1,9 @@
 package sandbox
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/repronet/repronet/internal/registry"
 	"github.com/repronet/repronet/sandbox/egress"
 	"github.com/repronet/repronet/sandbox/ociimage"
 )
@@ -161,50 +160,17 @@ func TestPullImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var layout bytes.Buffer
-	md, err := ociimage.Build(&layout, "repronet.local/test/pulled:1", files, ociimage.Config{Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}})
-	if err != nil {
+	if _, err := ociimage.Build(&layout, "repronet.local/test/pulled:1", files, ociimage.Config{Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}}); err != nil {
 		t.Fatal(err)
 	}
-	blobs := map[string][]byte{}
-	tr := tar.NewReader(&layout)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
-		if d, ok := strings.CutPrefix(h.Name, "blobs/sha256/"); ok && d != "" {
-			blobs["sha256:"+d] = b
-		}
+	served, err := registry.New(layout.Bytes())
+	if err != nil {
+		t.Fatal(err)
 	}
 	var hits atomic.Int64
 	reg := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
-		parts := strings.Split(r.URL.Path, "/") // "", "v2", "test", "pulled", kind, ref
-		if len(parts) != 6 || parts[1] != "v2" {
-			w.WriteHeader(http.StatusNotFound)
-			return
-		}
-		ref := parts[5]
-		if parts[4] == "manifests" && ref == "1" {
-			ref = md.String()
-		}
-		b, ok := blobs[ref]
-		if !ok {
-			w.WriteHeader(http.StatusNotFound)
-			return
-		}
-		if parts[4] == "manifests" {
-			w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
-		}
-		w.Header().Set("Docker-Content-Digest", ref)
-		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
-		if r.Method != http.MethodHead {
-			w.Write(b)
-		}
+		served.ServeHTTP(w, r)
 	})
 	ln, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
@@ -247,5 +213,23 @@ func TestPullImage(t *testing.T) {
 	}
 	if hits.Load() != before || session.Refused() == 0 {
 		t.Fatalf("the registry off the list was reached (%d requests) or not refused (%d)", hits.Load()-before, session.Refused())
+	}
+
+	// Through a mirror: a Docker Hub name, pulled from registry.test
+	// (Docker Hub itself is off the session's list, and is never asked).
+	refused := session.Refused()
+	mirrored, err := testRunner.PullImage(context.Background(), "docker.io/test/pulled:1",
+		PullOptions{Client: hc, Mirrors: map[string][]string{"docker.io": {fmt.Sprintf("http://registry.test:%d", port)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testRunner.client.ImageService().Delete(testRunner.nsCtx(context.Background()), mirrored)
+	if mirrored != "docker.io/test/pulled:1" || hits.Load() == before || session.Refused() != refused {
+		t.Fatalf("pull through a mirror: %s, %d requests to the mirror, %d refusals", mirrored, hits.Load()-before, session.Refused()-refused)
+	}
+	for _, bad := range []string{"docker.io", "docker.io=ftp://m", "docker.io=http://m/path", "=http://m", "docker.io=http://u:p@m"} {
+		if _, _, err := ParseMirror(bad); err == nil {
+			t.Errorf("ParseMirror(%q) accepted", bad)
+		}
 	}
 }

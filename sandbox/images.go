@@ -138,6 +138,23 @@ func (r *Runner) KeyedImage(ctx context.Context, key string) (string, bool, erro
 	return name, true, nil
 }
 
+// ImageConfig returns the configuration of the image name for the host
+// platform: its entrypoint, command, environment, working folder, user
+// (the node runs an agent's entrypoint from its image mounted in another
+// image, CORE-Bench Medium).
+func (r *Runner) ImageConfig(ctx context.Context, name string) (ocispec.ImageConfig, error) {
+	ctx = r.nsCtx(ctx)
+	img, err := r.client.GetImage(ctx, name)
+	if err != nil {
+		return ocispec.ImageConfig{}, fmt.Errorf("image %s: %w", name, err)
+	}
+	spec, err := img.Spec(ctx)
+	if err != nil {
+		return ocispec.ImageConfig{}, fmt.Errorf("config of image %s: %w", name, err)
+	}
+	return spec.Config, nil
+}
+
 // PruneImages removes the least recently used keyed images that no attempt
 // is running until they fit the quota. It returns how many it removed.
 func (r *Runner) PruneImages(ctx context.Context) (int, error) {

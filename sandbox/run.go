@@ -178,6 +178,9 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	var extraMounts []specs.Mount
 	for i, im := range spec.ImageMounts {
 		src, err := mountImageView(imageViews[i], ws, spec.UserNamespace, i, td)
+		if err == nil {
+			src, err = imageFolder(src, im.Source)
+		}
 		if err != nil {
 			return infra("mount image "+im.Image, err)
 		}
@@ -705,6 +708,27 @@ func mountImageView(view []mount.Mount, ws *Workspace, userns bool, i int, td *t
 		return "", fmt.Errorf("image view: mount overlay at %s: %w", dir, err)
 	}
 	return dir, nil
+}
+
+// imageFolder is the folder p (absolute and clean; "" is the root) of the
+// image view at root. No component may be a symbolic link: it would be
+// resolved on the host, not in the image.
+func imageFolder(root, p string) (string, error) {
+	if p == "" || p == "/" {
+		return root, nil
+	}
+	cur := root
+	for _, c := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
+		cur = filepath.Join(cur, c)
+		fi, err := os.Lstat(cur)
+		if err != nil {
+			return "", fmt.Errorf("the image's folder %s: %w", p, errors.Unwrap(err))
+		}
+		if !fi.IsDir() {
+			return "", fmt.Errorf("the image's %s is not a folder (a symbolic link is not followed)", p)
+		}
+	}
+	return cur, nil
 }
 
 // lowerDirs extracts the layer folders (topmost first) and the extra

@@ -596,6 +596,9 @@ func validateSpec(spec Spec) error {
 		if !path.IsAbs(im.Target) || path.Clean(im.Target) == "/" {
 			return fmt.Errorf("image mount %s: target %q must be absolute and not /", im.Image, im.Target)
 		}
+		if im.Source != "" && (!path.IsAbs(im.Source) || path.Clean(im.Source) != im.Source) {
+			return fmt.Errorf("image mount %s: source %q must be absolute and clean", im.Image, im.Source)
+		}
 	}
 	if w := spec.Workspace; w != nil {
 		if w.Attempt() != spec.ID {

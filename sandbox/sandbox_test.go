@@ -765,3 +765,27 @@ func TestRingBuffer(t *testing.T) {
 		}
 	}
 }
+
+// TestImageMountSource shows a folder of another image (the Medium way:
+// an agent's /agent inside an environment): only that folder, read-only,
+// with and without a user namespace; a source that is a symbolic link or
+// missing is refused before anything runs.
+func TestImageMountSource(t *testing.T) {
+	ctx := context.Background()
+	for _, userns := range []bool{false, true} {
+		res, err := testRunner.Run(ctx, Spec{ID: fmt.Sprintf("%s-%v", t.Name(), userns), Image: testImage, UserNamespace: userns,
+			ImageMounts: []ImageMount{{Image: testImage, Source: "/bin", Target: "/tools"}},
+			Args:        sh(`/tools/busybox echo from-tools; test -e /tools/bin || echo only-bin; touch /tools/x 2>/dev/null || echo read-only`)})
+		if err != nil || res.Outcome != OutcomeOK || string(res.Stdout) != "from-tools\nonly-bin\nread-only\n" {
+			t.Fatalf("userns %v: %v %s %q %q", userns, err, res.Outcome, res.Stdout, res.Stderr)
+		}
+	}
+	for _, bad := range []string{"/usr/bin/env", "/nope", "/bin/../etc"} {
+		res, err := testRunner.Run(ctx, Spec{ID: t.Name() + "-bad", Image: testImage,
+			ImageMounts: []ImageMount{{Image: testImage, Source: bad, Target: "/tools"}}, Args: sh(`echo ran`)})
+		if err == nil || res.Outcome != OutcomeInfraError || len(res.Stdout) != 0 {
+			t.Errorf("source %s: %v %s %q", bad, err, res.Outcome, res.Stdout)
+		}
+	}
+	waitNoLeftovers(t, testRunner)
+}

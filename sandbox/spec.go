@@ -26,6 +26,11 @@ type Mount struct {
 type ImageMount struct {
 	Image  string // image name, as for Spec.Image
 	Target string // absolute, not /
+	// Source is the image's folder shown at Target (absolute and clean; a
+	// symbolic link in any of its components is refused): "" or "/" for
+	// the whole image; "/agent" shows an agent's own files where the
+	// agent expects them.
+	Source string
 }
 
 // Limits bound one attempt. A zero field takes its DefaultLimits value: an

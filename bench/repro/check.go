@@ -25,7 +25,9 @@ type Capsule struct {
 // Spec is what a submitter asks for.
 type Spec struct {
 	Capsule Capsule `json:"capsule"`
-	Rules   []Rule  `json:"rules"`
+	// Rules say where each question's answer is; none: a draft check (the
+	// runs' results/ folders compared value by value, DraftEntry).
+	Rules []Rule `json:"rules"`
 	// Runs is K, the runs wanted on distinct nodes (at least 2; 3 like
 	// CORE-Bench's gold runs by default).
 	Runs int `json:"runs"`
@@ -52,8 +54,15 @@ func (s Spec) Validate() error {
 	if err := t.Validate(0); err != nil {
 		return fmt.Errorf("spec: field capsule: %w", err)
 	}
+	if len(s.Rules) == 0 {
+		return nil // a draft check (DraftEntry)
+	}
 	return ValidateRules(s.Rules)
 }
+
+// Draft reports whether the spec is a draft check: no rules, so the runs
+// return their results/ folder and the report drafts the task entry.
+func (s Spec) Draft() bool { return len(s.Rules) == 0 }
 
 // Run is one run of the capsule's run script on one node.
 type Run struct {
@@ -110,8 +119,13 @@ type Report struct {
 	FailedRuns []string `json:"failed_runs,omitempty"`
 	// NotReproduced lists the questions that did not reproduce.
 	NotReproduced []string `json:"not_reproduced"`
-	// Reproducible: every run succeeded and every question reproduced.
+	// Reproducible: every run succeeded and every question reproduced
+	// (a draft: no value was flagged).
 	Reproducible bool `json:"reproducible"`
+	// Draft is a draft check's (a spec without rules): every value found
+	// in the runs' results/ with its verdict; Task is then the draft entry
+	// and NotReproduced the flagged values' questions.
+	Draft *Draft `json:"draft,omitempty"`
 }
 
 // Check turns the runs into a report. claimed, when not nil, holds the
@@ -138,6 +152,20 @@ func Check(spec Spec, runs []Run, claimed map[string][]byte) (Report, error) {
 		}
 	}
 	rep.Runs = len(ok)
+	if spec.Draft() {
+		d, task, err := DraftEntry(spec.Capsule, runs)
+		if err != nil {
+			return Report{}, fmt.Errorf("reproducibility check of %s: %w", spec.Capsule.CapsuleID, err)
+		}
+		rep.Task, rep.Draft = task, &d
+		for _, v := range d.Values {
+			if !v.Kept() {
+				rep.NotReproduced = append(rep.NotReproduced, v.Question)
+			}
+		}
+		rep.Reproducible = len(rep.NotReproduced) == 0 && len(rep.FailedRuns) == 0
+		return rep, nil
+	}
 	if len(ok) < 2 {
 		return Report{}, fmt.Errorf("reproducibility check of %s: %d successful runs of %d, at least 2 are needed", spec.Capsule.CapsuleID, len(ok), len(runs))
 	}
@@ -313,6 +341,9 @@ func (r Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, ", %d failed (%s)", len(r.FailedRuns), strings.Join(r.FailedRuns, "; "))
 	}
 	b.WriteString("\n")
+	if r.Draft != nil {
+		writeDraft(&b, *r.Draft)
+	}
 	for _, q := range r.Questions {
 		mark := "reproduced    "
 		if !q.Reproduced {
@@ -330,7 +361,10 @@ func (r Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "      %s\n", e)
 		}
 	}
-	if r.Reproducible {
+	if r.Draft != nil {
+		fmt.Fprintf(&b, "draft entry: %d values kept, %d flagged (the draft's spec, with --json, checks them with rules once edited)\n",
+			len(r.Draft.Spec.Rules), len(r.NotReproduced))
+	} else if r.Reproducible {
 		b.WriteString("the capsule reproduces\n")
 	} else {
 		fmt.Fprintf(&b, "the capsule does not fully reproduce: %d of %d questions did not", len(r.NotReproduced), len(r.Questions))
@@ -341,4 +375,28 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeDraft prints a draft's values: kept ones, then flagged ones.
+func writeDraft(b *strings.Builder, d Draft) {
+	for _, kept := range []bool{true, false} {
+		for _, v := range d.Values {
+			if v.Kept() != kept {
+				continue
+			}
+			mark := "kept   "
+			if !kept {
+				mark = "FLAGGED"
+			}
+			fmt.Fprintf(b, "  %s  %-9s %s\n", mark, v.Verdict, v.Question)
+			fmt.Fprintf(b, "      runs: %s\n", clip(strings.Join(v.Values, ", ")))
+			if v.Interval != nil && kept {
+				fmt.Fprintf(b, "      95%% prediction interval [%.10g, %.10g] (mean %.10g over %d runs)\n", v.Interval.Lower, v.Interval.Upper, v.Interval.Mean, v.Interval.N)
+			}
+			fmt.Fprintf(b, "      %s\n", v.Reason)
+		}
+	}
+	for _, t := range d.Truncated {
+		fmt.Fprintf(b, "  not read whole: %s\n", t)
+	}
 }

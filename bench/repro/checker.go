@@ -40,8 +40,12 @@ func (Checker) Parse(raw json.RawMessage) (bench.Check, error) {
 	if err != nil {
 		return bench.Check{}, err
 	}
-	return bench.Check{Spec: norm, Runs: s.Runs, Top: s.Capsule.CapsuleID, Files: RunFiles(s), MaxFile: MaxFileSize,
-		Prompt: s.Capsule.TaskPrompt}, nil
+	c := bench.Check{Spec: norm, Runs: s.Runs, Top: s.Capsule.CapsuleID, Files: RunFiles(s), MaxFile: MaxFileSize,
+		Prompt: s.Capsule.TaskPrompt}
+	if s.Draft() {
+		c.Dirs = []string{ResultsDir}
+	}
+	return c, nil
 }
 
 func specOf(c bench.Check) (Spec, error) {
@@ -56,14 +60,20 @@ func specOf(c bench.Check) (Spec, error) {
 // (its one top folder the spec's capsule ID), code/, data/ and results/
 // made real folders and results/ emptied (what a run returns must be its
 // own, never the author's published files), the capsule's own run script
-// run in image (only the environment: its entrypoint is dropped) in /code
-// with the capsule's folders at /code, /data and /results, and the files
-// the rules read returned. Nothing else: no level, no prompt.
+// run in /code with the capsule's folders at /code, /data and /results —
+// in the capsule's own environment (the image the node builds from its
+// environment/Dockerfile, nothing of image shown in it) when it has one,
+// else in image (only the environment: its entrypoint is dropped) — and
+// the files the rules read (a draft: the results/ folder) returned.
+// Nothing else: no level, no prompt.
 func (Checker) Recipe(c bench.Check, capsule, image cid.Cid, limits *proto.Limits) (*proto.Recipe, error) {
 	dir := c.Top
 	var outputs []*proto.Output
 	for _, f := range c.Files {
 		outputs = append(outputs, &proto.Output{Path: dir + "/" + f, MaxBytes: uint64(c.MaxFile)})
+	}
+	for _, f := range c.Dirs {
+		outputs = append(outputs, &proto.Output{Path: dir + "/" + f, MaxBytes: uint64(c.MaxFile), Directory: true})
 	}
 	return &proto.Recipe{
 		ImageCid: image.Bytes(),
@@ -82,8 +92,9 @@ func (Checker) Recipe(c bench.Check, capsule, image cid.Cid, limits *proto.Limit
 			{Source: dir + "/data", Target: "/data"},
 			{Source: dir + "/results", Target: "/results"},
 		},
-		Limits:  limits,
-		Outputs: outputs,
+		Limits:      limits,
+		Outputs:     outputs,
+		Environment: &proto.Environment{Dockerfile: dir + "/environment/Dockerfile", Context: dir + "/environment", IfPresent: true},
 	}, nil
 }
 

@@ -1,6 +1,8 @@
 package repro
 
 import (
+	"io/fs"
+	"math"
 	"testing"
 )
 
@@ -25,6 +27,36 @@ func FuzzExtract(f *testing.F) {
 		}
 		if _, err := v.MarshalJSON(); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// FuzzFindValues feeds the draft's value finder files a node controls: it
+// must never panic, and every value it finds is read back by its rule,
+// the same text (a number: the same number).
+func FuzzFindValues(f *testing.F) {
+	f.Add("results/s.txt", []byte("median 42.5\nat 2026-11-24T09:14:13Z x2 v1.2.3 -1e-3 50%\n"))
+	f.Add("results/m.csv", []byte("a,b,when\n1,2.5,2026-01-02\n"))
+	f.Add("results/m.json", []byte(`{"a/b": [1, {"~c": 2e3}], "t": "09:14:13"}`))
+	f.Fuzz(func(t *testing.T, name string, data []byte) {
+		if !fs.ValidPath(name) || name == "." {
+			return
+		}
+		vals, _ := findValues(name, data)
+		files := map[string][]byte{name: data}
+		for _, v := range vals {
+			r := v.rule
+			r.Question = "q"
+			got, err := Extract(r, files)
+			if err != nil {
+				t.Fatalf("rule %+v of %q: %v", r, v.text, err)
+			}
+			if v.time && got.Str != v.text && got.Lit != v.text {
+				t.Fatalf("rule %+v reads %s, found %q", r, got.Repr(), v.text)
+			}
+			if !v.time && got.Num != v.num && !(math.IsNaN(got.Num) && math.IsNaN(v.num)) {
+				t.Fatalf("rule %+v reads %v, found %q (%v)", r, got.Num, v.text, v.num)
+			}
 		}
 	})
 }

@@ -3,7 +3,12 @@
 // output files (file and extraction rule), and the turning of K runs of the
 // capsule's own run script, on distinct nodes, into a CORE-Bench task
 // entry (one gold run per successful run), the 95% prediction interval of
-// every numeric answer, and the questions that did not reproduce.
+// every numeric answer, and the questions that did not reproduce. A check
+// without rules is a draft (draft.go): the runs return their results/
+// folder, every number, date and time in it is compared across the runs,
+// and the report is a draft task entry (stable values kept, varying ones
+// with their interval, timestamps and wild values flagged) with the rules
+// that read the kept values, for the scientist to edit.
 //
 // It is pure: bytes and plain data in, a Report out. It must not touch the
 // network, containers or storage, nor depend on the coordinator; the

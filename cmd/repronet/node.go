@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -52,6 +53,11 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Var(&cacheQuota, "cache-quota", "cap on the capsule cache (capsules no running attempt uses are evicted, least recently used first); bytes, or with a K, M, G or T suffix; 0: no cap")
 	var diskMax byteSize
 	fs.Var(&diskMax, "disk-max", "largest workspace this node makes: attempts whose limits ask for more are declined, default sizes are capped to it (0: no maximum)")
+	registries := fs.String("registries", strings.Join(node.DefaultRegistries(), ","), "comma-separated registry hosts (*.example.org for any name below) the node pulls the base images of jobs' environments from (CORE-Bench Medium: a capsule's environment/Dockerfile FROM), through an egress proxy that reaches nothing else; empty: none")
+	var mirrors, baseImages, permits stringList
+	fs.Var(&mirrors, "registry-mirror", "REGISTRY=URL, repeatable: a mirror tried first for images of that registry (e.g. docker.io=http://mirror.lan:5000); its host and port are allowed too")
+	fs.Var(&baseImages, "base-image", "OCI image-layout tarball, repeatable: imported at start under the names it carries, so that environments built FROM them need no pull (an offline node)")
+	fs.Var(&permits, "egress-permit", "IPv4 or IPv6 prefix, repeatable: an address the node's egress proxy (jobs' and registry pulls') may reach although it is not public, e.g. a mirror on your LAN (10.0.0.5/32)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics, the node's status at /status (JSON, read by repronet node status) and a status page at / (e.g. 127.0.0.1:9101; default: off), within the --http-* limits")
 	httpLimits := httpLimitFlags(fs)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -70,11 +76,24 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	mirrorMap, err := parseMirrors(mirrors)
+	if err != nil {
+		return err
+	}
+	permit, err := parsePrefixes(permits)
+	if err != nil {
+		return err
+	}
 	cfg := node.Config{
 		Network: *network, DataDir: *dataDir, DiskReserve: uint64(diskReserve), Coordinators: coords, ListenAddrs: listen,
 		Slots: *slots, Slot: &proto.SlotShape{CpuMillis: 1000, MemoryBytes: 4 << 30},
 		Suites: splitList(*suites), Groups: splitList(*groups), AnnounceInterval: *announce, GossipGrace: *gossipGrace,
 		DefaultDiskBytes: int64(diskDefault), MaxDiskBytes: int64(diskMax), CacheQuota: int64(cacheQuota), Logger: log,
+		Registries: splitList(*registries), RegistryMirrors: mirrorMap, BaseImages: baseImages,
+	}
+	cfg.Egress.Permit = permit
+	if cfg.Registries == nil {
+		cfg.Registries = []string{} // none, not the default
 	}
 	// The host programs the sandbox runs (mkfs.ext4, ip, nft): installed
 	// now, if missing, rather than in the middle of the first attempt.
@@ -164,6 +183,37 @@ func (b *byteSize) Set(s string) error {
 	}
 	*b = byteSize(n << shift)
 	return nil
+}
+
+// parseMirrors reads --registry-mirror values (sandbox.ParseMirror).
+func parseMirrors(vals []string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, v := range vals {
+		reg, url, err := sandbox.ParseMirror(v)
+		if err != nil {
+			return nil, fmt.Errorf("--registry-mirror: %w", err)
+		}
+		out[reg] = append(out[reg], url)
+	}
+	return out, nil
+}
+
+// parsePrefixes reads --egress-permit values: prefixes, or addresses (a
+// single host).
+func parsePrefixes(vals []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range vals {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			a, aerr := netip.ParseAddr(v)
+			if aerr != nil {
+				return nil, fmt.Errorf("--egress-permit %q: not an address or prefix", v)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 func splitList(s string) []string {

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -42,12 +43,13 @@ type reproService interface {
 	Status(ctx context.Context, id string) (repro.Status, error)
 }
 
-const reproUsage = `repro submit TARBALL --spec SPEC.json [--runs K] [--wait] | repro status ID | repro check --spec SPEC.json [--claimed TARBALL|DIR] RUN_DIR...`
+const reproUsage = `repro submit TARBALL [--spec SPEC.json] [--runs K] [--wait] | repro status ID | repro check (--spec SPEC.json [--claimed TARBALL|DIR] | --capsule-id ID) RUN_DIR...`
 
 func runRepro(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintf(stderr, "Usage: repronet %s\n\n"+
 			"  submit  runs the capsule's own run script K times on distinct nodes and reports which answers reproduce\n"+
+			"          (without --spec: a draft task entry from every number of the runs' results/, to edit)\n"+
 			"  status  shows a submitted check\n"+
 			"  check   builds the report from runs made elsewhere (capsule folders after their run), without a coordinator\n", reproUsage)
 		if len(args) == 0 {
@@ -95,20 +97,26 @@ func (f apiFlags) client() (*apiClient, error) {
 }
 
 func reproSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("repro submit", "repro submit TARBALL --spec SPEC.json [--runs K] [--wait] [--api URL]", stderr)
+	fs := newFlags("repro submit", "repro submit TARBALL [--spec SPEC.json] [--runs K] [--wait] [--api URL]", stderr)
 	f := addAPIFlags(fs)
-	specPath := fs.String("spec", "", "the check: capsule description and rules, as JSON (repro.Spec)")
+	specPath := fs.String("spec", "", "the check: capsule description and rules, as JSON (repro.Spec); none: a draft check (the runs' results/ compared value by value into a draft task entry)")
 	runs := fs.Int("runs", 0, "K, the runs on distinct nodes (overrides the spec; default 3)")
 	wait := fs.Bool("wait", false, "wait for the report")
 	image := fs.String("image", "", `registered agent image the runs use as their environment (default: the coordinator's "runtime", else "oracle")`)
 	if err := fs.Parse(interleave(args)); err != nil {
 		return err
 	}
-	if len(fs.Args()) != 1 || *specPath == "" {
+	if len(fs.Args()) != 1 {
 		fs.Usage()
-		return errors.New("one TARBALL and --spec are required")
+		return errors.New("one TARBALL is required")
 	}
-	spec, err := readSpec(*specPath, *runs)
+	var spec repro.Spec
+	var err error
+	if *specPath != "" {
+		spec, err = readSpec(*specPath, *runs)
+	} else {
+		spec, err = draftSpec(fs.Args()[0], *runs)
+	}
 	if err != nil {
 		return err
 	}
@@ -192,25 +200,38 @@ func printStatus(st repro.Status, asJSON bool, stdout io.Writer) error {
 }
 
 func reproCheck(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("repro check", "repro check --spec SPEC.json [--claimed TARBALL|DIR] [--json] RUN_DIR...", stderr)
+	fs := newFlags("repro check", "repro check (--spec SPEC.json [--claimed TARBALL|DIR] | --capsule-id ID) [--json] RUN_DIR...", stderr)
 	specPath := fs.String("spec", "", "the check: capsule description and rules, as JSON (repro.Spec)")
+	capsuleID := fs.String("capsule-id", "", "without --spec: the capsule's ID; the runs' results/ are compared value by value into a draft task entry")
 	claimed := fs.String("claimed", "", "the capsule as submitted (tarball or folder): its files give the answers to reproduce")
 	asJSON := fs.Bool("json", false, "print the report as JSON (with the CORE-Bench task entry)")
 	if err := fs.Parse(interleave(args)); err != nil {
 		return err
 	}
-	if fs.NArg() < 2 || *specPath == "" {
+	if fs.NArg() < 2 || (*specPath == "") == (*capsuleID == "") {
 		fs.Usage()
-		return errors.New("--spec and at least 2 RUN_DIRs are required")
+		return errors.New("--spec or --capsule-id, and at least 2 RUN_DIRs, are required")
 	}
-	spec, err := readSpec(*specPath, 0)
+	var spec repro.Spec
+	var err error
+	if *specPath != "" {
+		spec, err = readSpec(*specPath, 0)
+	} else {
+		spec = repro.Spec{Capsule: repro.Capsule{CapsuleID: *capsuleID}, Runs: fs.NArg()}
+		err = spec.Validate()
+	}
 	if err != nil {
 		return err
 	}
 	files := ruleFiles(spec.Rules)
 	var runs []repro.Run
 	for _, dir := range fs.Args() {
-		got, err := readCapsuleDir(dir, files)
+		var got map[string][]byte
+		if spec.Draft() {
+			got, err = readResultsDir(dir)
+		} else {
+			got, err = readCapsuleDir(dir, files)
+		}
 		if err != nil {
 			return err
 		}
@@ -333,13 +354,109 @@ func readCapsuleDir(dir string, files map[string]bool) (map[string][]byte, error
 	return out, nil
 }
 
+// readResultsDir reads the regular files of a capsule folder's results/
+// (a draft check's), within repro.MaxFileSize in all; nothing outside the
+// folder is read, whatever links it holds.
+func readResultsDir(dir string) (map[string][]byte, error) {
+	root, err := os.OpenRoot(filepath.Join(dir, repro.ResultsDir))
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	out := map[string][]byte{}
+	total := 0
+	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := fs.ReadFile(root.FS(), name)
+		if err != nil {
+			return err
+		}
+		if total += len(b); total > repro.MaxFileSize {
+			return fmt.Errorf("over %d bytes", repro.MaxFileSize)
+		}
+		out[repro.ResultsDir+"/"+name] = b
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, repro.ResultsDir), err)
+	}
+	return out, nil
+}
+
+// draftSpec is the spec of a draft check of a capsule tarball: its ID
+// (the tarball's top folder) and, when metadata/metadata.yml has a name
+// line, its title; runs (0: repro.DefaultRuns).
+func draftSpec(tarball string, runs int) (repro.Spec, error) {
+	top, meta, err := tarballTopAndFile(tarball, "metadata/metadata.yml")
+	if err != nil {
+		return repro.Spec{}, err
+	}
+	s := repro.Spec{Capsule: repro.Capsule{CapsuleID: top}, Runs: cmp.Or(runs, repro.DefaultRuns)}
+	for _, line := range strings.Split(string(meta), "\n") {
+		if v, ok := strings.CutPrefix(line, "name:"); ok {
+			s.Capsule.CapsuleTitle = strings.Trim(strings.TrimSpace(v), `"'`)
+			break
+		}
+	}
+	if err := s.Validate(); err != nil {
+		return repro.Spec{}, fmt.Errorf("%s: %w", tarball, err)
+	}
+	return s, nil
+}
+
+// tarballTopAndFile reads a capsule tarball's top folder and the file
+// name below it (nil when absent).
+func tarballTopAndFile(p, name string) (string, []byte, error) {
+	top := ""
+	var data []byte
+	err := walkTarball(p, func(first, rest string, h *tar.Header, r io.Reader) error {
+		if top == "" {
+			top = first
+		}
+		if first != top || rest != name || h.Typeflag != tar.TypeReg {
+			return nil
+		}
+		var err error
+		data, err = io.ReadAll(io.LimitReader(r, 1<<20))
+		return err
+	})
+	if err == nil && top == "" {
+		err = fmt.Errorf("%s: an empty tarball", p)
+	}
+	return top, data, err
+}
+
 // readCapsuleTarball reads the rule files of a capsule tarball (gzipped
 // or not) holding one top folder capsule-NNNNNNN/; paths are taken below
 // that folder. Only regular files are read.
 func readCapsuleTarball(p string, files map[string]bool) (map[string][]byte, error) {
-	f, err := os.Open(p)
+	out := map[string][]byte{}
+	err := walkTarball(p, func(_, rest string, h *tar.Header, r io.Reader) error {
+		if h.Typeflag != tar.TypeReg || !files[rest] {
+			return nil
+		}
+		b, err := io.ReadAll(io.LimitReader(r, repro.MaxFileSize+1))
+		if err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
+		}
+		out[rest] = b
+		return nil
+	})
 	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// walkTarball calls fn with every entry of the tarball p (gzipped or
+// not): its name's first component and the rest ("" for the top folder
+// itself), its header and its content.
+func walkTarball(p string, fn func(first, rest string, h *tar.Header, r io.Reader) error) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
 	}
 	defer f.Close()
 	br := bufio.NewReader(f)
@@ -347,34 +464,24 @@ func readCapsuleTarball(p string, files map[string]bool) (map[string][]byte, err
 	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
 		gz, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
+			return fmt.Errorf("%s: %w", p, err)
 		}
 		defer gz.Close()
 		r = gz
 	}
 	tr := tar.NewReader(r)
-	out := map[string][]byte{}
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return out, nil
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
+			return fmt.Errorf("%s: %w", p, err)
 		}
-		if h.Typeflag != tar.TypeReg {
-			continue
+		first, rest, _ := strings.Cut(path.Clean(strings.TrimPrefix(h.Name, "./")), "/")
+		if err := fn(first, rest, h, tr); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
 		}
-		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
-		_, rest, ok := strings.Cut(name, "/")
-		if !ok || !files[rest] {
-			continue
-		}
-		b, err := io.ReadAll(io.LimitReader(tr, repro.MaxFileSize+1))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", p, h.Name, err)
-		}
-		out[rest] = b
 	}
 }
 

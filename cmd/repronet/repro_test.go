@@ -96,6 +96,48 @@ func TestReproCheckCommand(t *testing.T) {
 	}
 }
 
+// TestReproCheckDraft: `repro check --capsule-id` without a spec drafts
+// the entry from every file of the runs' results/ (a link out of it is
+// not followed); a draft spec is made from a tarball's top folder and
+// metadata name.
+func TestReproCheckDraft(t *testing.T) {
+	dir := t.TempDir()
+	var runs []string
+	for i, est := range []string{"3.1248", "3.1348", "3.1578"} {
+		run := filepath.Join(dir, "run"+string(rune('1'+i)))
+		writeFiles(t, run, map[string]string{"results/summary.txt": "n 8\nestimate " + est + "\nat 2026-11-24T09:31:1" + string(rune('5'+i)) + "Z\n",
+			"results/sub/m.json": `{"k": 2}`, "code/other.txt": "x 1\n"})
+		if err := os.Symlink("/etc/passwd", filepath.Join(run, "results", "link.txt")); err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, run)
+	}
+	var out, errOut bytes.Buffer
+	if err := runRepro(context.Background(), append([]string{"check", "--capsule-id", "capsule-0000009"}, runs...), &out, &errOut); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	for _, want := range []string{"kept     stable    Report `n` on line 1 of results/summary.txt.", "kept     interval  Report `estimate`",
+		"FLAGGED  timestamp Report `at`", "kept     stable    Report `/k` in results/sub/m.json.", "3 values kept, 1 flagged"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "other.txt") || strings.Contains(out.String(), "link.txt") {
+		t.Errorf("read outside results/ or through a link:\n%s", out.String())
+	}
+	for _, bad := range [][]string{{"check", "--capsule-id", "x", runs[0], runs[1]}, {"check", "--capsule-id", "capsule-0000009", "--spec", "s.json", runs[0], runs[1]}} {
+		if err := runRepro(context.Background(), bad, &out, &errOut); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	tarball := capsuleTarball(t, map[string]string{"metadata/metadata.yml": "metadata_version: 1\nname: Rain at one station\n", "code/run": "sh x"})
+	spec, err := draftSpec(tarball, 0)
+	if err != nil || spec.Capsule.CapsuleID != "capsule-0000007" || spec.Capsule.CapsuleTitle != "Rain at one station" ||
+		spec.Runs != repro.DefaultRuns || !spec.Draft() {
+		t.Fatalf("draft spec %+v: %v", spec, err)
+	}
+}
+
 func TestReproSubmitAndStatus(t *testing.T) {
 	var gotSpec repro.Spec
 	var gotCapsule []byte

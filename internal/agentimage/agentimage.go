@@ -2,9 +2,10 @@
 // busybox of Debian's busybox-static plus the agent's own files, run as
 // uid 1000 from /agent/run in /workspace. Every family's sample agents
 // (CORE-Bench's in internal/demo, shellqa's in bench/shellqa/sample) are
-// built here, so that they run alike.
+// built here, so that they run alike. It also builds the plain busybox
+// image the sample capsules' environments build FROM (Base).
 //
-// It owns only that convention; the tarball's bytes are package
+// It owns only those conventions; the tarball's bytes are package
 // ociimage's, importing it is the sandbox's job.
 package agentimage
 
@@ -67,4 +68,37 @@ func Script(fsys fs.FS, dir string, names []string, name string) (map[string][]b
 		return nil, fmt.Errorf("sample agent %s: %w", name, err)
 	}
 	return map[string][]byte{Entrypoint: run}, nil
+}
+
+// BasePath is the PATH of Base images, as Docker's busybox image sets it.
+const BasePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Base builds the OCI image tarball of a plain busybox image named ref from
+// the busybox binary at busybox: what the sample capsules' environments
+// build FROM (sample.BaseImage), for a node that cannot pull it (node
+// --base-image) or a test's registry. It runs sh as root, with BasePath.
+// The same inputs give the same bytes.
+func Base(ref, busybox string) ([]byte, error) {
+	files, err := ociimage.BusyboxFiles(busybox)
+	if err != nil {
+		return nil, fmt.Errorf("base image %s: %w", ref, err)
+	}
+	var buf bytes.Buffer
+	if _, err := ociimage.Build(&buf, ref, files, ociimage.Config{Cmd: []string{"sh"}, Env: []string{BasePath}}); err != nil {
+		return nil, fmt.Errorf("base image %s: %w", ref, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteBase writes Base(ref, busybox) to the file path (for node
+// --base-image).
+func WriteBase(path, ref, busybox string) error {
+	b, err := Base(ref, busybox)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("base image %s: %w", ref, err)
+	}
+	return nil
 }

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/repronet/repronet/bench/corebench/sample"
+	"github.com/repronet/repronet/internal/agentimage"
 	"github.com/repronet/repronet/sandbox"
 )
 
@@ -287,6 +288,12 @@ func runScenario(ctx context.Context, cfg Config, socket, dir string, faults boo
 		return outcome{}, err
 	}
 	peerID := coordAddr[strings.LastIndex(coordAddr, "/p2p/")+len("/p2p/"):]
+	// The sample capsules' environments (Medium) build FROM busybox: the
+	// nodes get it as a file, not from a registry.
+	base := filepath.Join(dir, "sample-base.oci.tar")
+	if err := agentimage.WriteBase(base, sample.BaseImage, "/bin/busybox"); err != nil {
+		return outcome{}, err
+	}
 	for i := 1; i <= cfg.Nodes; i++ {
 		addr := coordAddr
 		var wrap func(string, ...string) *exec.Cmd
@@ -300,7 +307,7 @@ func runScenario(ctx context.Context, cfg Config, socket, dir string, faults boo
 				"--coordinator", addr, "--slots", fmt.Sprint(cfg.Slots), "--containerd", socket,
 				"--namespace", fmt.Sprintf("%s%d", cfg.NamespacePrefix, i),
 				"--operator-key", filepath.Join(dir, fmt.Sprintf("operator-%d.key", (i+1)/2)), "--join-token-file", joinToken,
-				"--announce-interval", "2s", "--log-json"}}
+				"--announce-interval", "2s", "--log-json", "--base-image", base}}
 		if err := p.start(); err != nil {
 			return outcome{}, err
 		}

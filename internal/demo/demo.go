@@ -214,7 +214,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		say("- the reference agent is not evaluated: no repronet-agent binary (build it with `make build`)")
 	}
 
-	nodes, err := startNodes(ctx, cfg, coord.Addrs()[0].String(), d.Socket)
+	// The sample capsules' environments (CORE-Bench Medium) build FROM
+	// busybox: the nodes get it as a file instead of pulling it.
+	base := filepath.Join(cfg.Dir, "sample-base.oci.tar")
+	if err := agentimage.WriteBase(base, sample.BaseImage, BusyboxPath); err != nil {
+		return Result{}, err
+	}
+	nodes, err := startNodes(ctx, cfg, coord.Addrs()[0].String(), d.Socket, base)
 	if err != nil {
 		return Result{}, err
 	}
@@ -348,7 +354,7 @@ func writeJoinToken(path string) (string, error) {
 	return tok, nil
 }
 
-func startNodes(ctx context.Context, cfg Config, coordAddr, socket string) ([]nodeProc, error) {
+func startNodes(ctx context.Context, cfg Config, coordAddr, socket, baseImage string) ([]nodeProc, error) {
 	var procs []nodeProc
 	for i := 1; i <= cfg.Nodes; i++ {
 		dir := filepath.Join(cfg.Dir, fmt.Sprintf("node-%d", i))
@@ -361,7 +367,8 @@ func startNodes(ctx context.Context, cfg Config, coordAddr, socket string) ([]no
 		// the capsules they hold (the coordinator names them as providers).
 		cmd := exec.Command(cfg.Binary, "node", "--data", dir, "--coordinator", coordAddr,
 			"--listen", "/ip4/127.0.0.1/tcp/0", "--join-token-file", filepath.Join(cfg.Dir, "join.token"),
-			"--slots", fmt.Sprint(cfg.SlotsPerNode), "--containerd", socket, "--namespace", fmt.Sprintf("repronet-demo-node-%d", i))
+			"--slots", fmt.Sprint(cfg.SlotsPerNode), "--containerd", socket, "--namespace", fmt.Sprintf("repronet-demo-node-%d", i),
+			"--base-image", baseImage)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		// The nodes die with the demo, whatever ends it.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -3,9 +3,11 @@
 // strip rule; its variants are the three levels; a unit has one stage, the
 // agent's rollout, whose recipe places the task's capsule in the workspace,
 // strips it for the level (the strip rule as recipe edits), writes the
-// prompt and mounts code/, data/ and results/ where CodeOcean puts them;
-// its scorer grades the returned report.json with the suite's grader; its
-// boards are package leaderboard's.
+// prompt and mounts code/, data/ and results/ where CodeOcean puts them,
+// and at Medium runs the agent in the capsule's environment (the image of
+// its environment/Dockerfile, built by the node, the agent's own image at
+// /agent); its scorer grades the returned report.json with the suite's
+// grader; its boards are package leaderboard's.
 //
 // It adapts package corebench to package bench and holds no benchmark
 // logic of its own.
@@ -40,6 +42,10 @@ const (
 	MaxReport = 1 << 20
 	// Stage is the one stage of a unit.
 	Stage = "rollout"
+	// AgentMount is where the agent's image is at Medium, inside the
+	// capsule's environment (docs/agents.md: agents keep their files
+	// there).
+	AgentMount = "/agent"
 )
 
 // Config is a CORE-Bench suite's settings (bench.SuiteDef.Config).
@@ -180,7 +186,11 @@ func (s *Suite) prompt(t corebench.Task, level corebench.Level) (string, error) 
 // made real folders, the strip rule applied for the level, the prompt
 // written beside the capsule folder; the agent's image run in /workspace
 // with PROMPT_FILE and HOME set and the capsule's folders mounted at
-// /code, /data and /results; report.json returned.
+// /code, /data and /results; report.json returned. At Medium, as
+// CORE-Bench intends, the agent gets the capsule's environment: when the
+// capsule has environment/Dockerfile, the node builds it (context
+// environment/) and runs the agent in that image, its own image at
+// AgentMount.
 func (s *Suite) Recipe(in bench.RecipeInput) (*proto.Recipe, error) {
 	t, ok := s.tasks[in.Task.ID]
 	if !ok {
@@ -210,6 +220,11 @@ func (s *Suite) Recipe(in bench.RecipeInput) (*proto.Recipe, error) {
 	}
 	edits = append(edits, strip...)
 	edits = append(edits, &proto.Edit{Op: &proto.Edit_Write{Write: &proto.FileWrite{Path: PromptFile, Content: []byte(prompt)}}})
+	var env *proto.Environment
+	if level == corebench.Medium {
+		env = &proto.Environment{Dockerfile: dir + "/environment/Dockerfile", Context: dir + "/environment", ImageMount: AgentMount,
+			IfPresent: true}
+	}
 	return &proto.Recipe{
 		ImageCid: in.Image.Bytes(),
 		Inputs:   []*proto.Input{{Cid: capsule.Bytes(), Extract: true, Top: dir}},
@@ -222,9 +237,10 @@ func (s *Suite) Recipe(in bench.RecipeInput) (*proto.Recipe, error) {
 			{Source: dir + "/data", Target: "/data"},
 			{Source: dir + "/results", Target: "/results"},
 		},
-		Limits:  in.Limits,
-		Gpus:    in.Task.GPUs,
-		Outputs: []*proto.Output{{Path: ReportFile, MaxBytes: MaxReport}},
+		Limits:      in.Limits,
+		Gpus:        in.Task.GPUs,
+		Outputs:     []*proto.Output{{Path: ReportFile, MaxBytes: MaxReport}},
+		Environment: env,
 	}, nil
 }
 

@@ -1,12 +1,22 @@
-// Package sample owns repronet's sample CORE-Bench suite: three small
-// synthetic capsules in the real CORE-Bench tarball layout, their task file
-// in CORE-Bench's format, and two agents (an oracle and a wrong one) as
-// files for a busybox image. The demo and the integration tests run it.
+// Package sample owns repronet's sample CORE-Bench suites: small
+// synthetic capsules in the real CORE-Bench tarball layout, task files in
+// CORE-Bench's format, and two agents (an oracle and a wrong one) as files
+// for a busybox image. The sample suite (Tasks, CapsuleIDs: three
+// capsules) is what the demo and the integration tests run; the sample
+// Medium suite (MediumTasks, MediumCapsuleIDs) holds a capsule whose
+// results need its environment, for the Medium tests; capsule-0000005 is
+// in no task file: a fresh capsule for the reproducibility check without
+// a spec (its results hold a stable number, a Monte Carlo estimate seeded
+// from /dev/urandom and the time of the run).
 //
 // Every capsule really computes its results from its data with busybox
 // tools (sh, awk, sort): code/run calls code/analysis.sh, which reads
 // ../data and writes ../results (the CodeOcean /data and /results when run
-// from /code). The published results/ are what that computes. Each
+// from /code). The published results/ are what that computes. Every
+// capsule's environment/Dockerfile builds FROM BaseImage; capsule-0000004's
+// also installs a tool busybox lacks (robust-stats), which its code/run
+// needs: run in the agent's own image at Medium, it fails (its README
+// names an entry point with a vendored copy of the tool, for Hard). Each
 // question names where its answer is ("... (`KEY` in results/FILE)."),
 // FILE holding "KEY VALUE" lines whose VALUE is a JSON literal. The task
 // file covers every kind of question: integers, floats (two with gold runs
@@ -21,6 +31,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"embed"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"path"
@@ -31,10 +42,14 @@ import (
 	"github.com/repronet/repronet/internal/agentimage"
 )
 
-// tasksJSON is the task file, in CORE-Bench's format.
+// tasksJSON is the sample suite's task file, in CORE-Bench's format;
+// mediumTasksJSON the sample Medium suite's.
 //
 //go:embed tasks.json
 var tasksJSON []byte
+
+//go:embed tasks-medium.json
+var mediumTasksJSON []byte
 
 // capsules holds one folder per capsule, capsules/capsule-NNNNNNN/.
 //
@@ -50,12 +65,30 @@ var agents embed.FS
 // script that must be executable (mode 0755).
 const AgentEntrypoint = agentimage.Entrypoint
 
+// BaseImage is what every sample capsule's environment/Dockerfile builds
+// FROM (busybox): a node without network access is given it instead
+// (node --base-image; internal/demo builds it from busybox-static).
+const BaseImage = "docker.io/library/busybox:1.36"
+
 // Tasks returns the task file (a fresh copy): one task per capsule, three
 // gold runs each, for corebench.ParseTasks.
 func Tasks() []byte { return bytes.Clone(tasksJSON) }
 
-// CapsuleIDs lists the capsules, sorted.
-func CapsuleIDs() []string {
+// MediumTasks returns the sample Medium suite's task file (a fresh copy):
+// capsule-0000004, whose code needs a tool its environment/Dockerfile
+// installs, three gold runs, for corebench.ParseTasks.
+func MediumTasks() []byte { return bytes.Clone(mediumTasksJSON) }
+
+// CapsuleIDs lists the sample suite's capsules (those of Tasks), sorted.
+func CapsuleIDs() []string { return taskCapsules(tasksJSON) }
+
+// MediumCapsuleIDs lists the sample Medium suite's capsules (those of
+// MediumTasks), sorted.
+func MediumCapsuleIDs() []string { return taskCapsules(mediumTasksJSON) }
+
+// AllCapsuleIDs lists every capsule here, sorted: those of the task files
+// and those no task names.
+func AllCapsuleIDs() []string {
 	entries, err := capsules.ReadDir("capsules")
 	if err != nil {
 		return nil // cannot happen: the folder is embedded
@@ -69,13 +102,30 @@ func CapsuleIDs() []string {
 	return ids
 }
 
+// taskCapsules lists the capsules a task file names, sorted.
+func taskCapsules(taskFile []byte) []string {
+	var tasks []struct {
+		CapsuleID string `json:"capsule_id"`
+	}
+	if err := json.Unmarshal(taskFile, &tasks); err != nil {
+		return nil // cannot happen: the task files are embedded and tested
+	}
+	var ids []string
+	for _, t := range tasks {
+		ids = append(ids, t.CapsuleID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // tarballTime is the modification time of every tarball entry.
 func tarballTime() time.Time { return time.Date(2024, 9, 17, 0, 0, 0, 0, time.UTC) }
 
 // fileMode gives a capsule file its mode: embedding drops modes, so they
-// are set by rule. code/run and shell scripts are executable.
+// are set by rule. code/run, shell scripts and the tools vendored in
+// code/vendor/ are executable.
 func fileMode(rel string) int64 {
-	if rel == "code/run" || strings.HasSuffix(rel, ".sh") {
+	if rel == "code/run" || strings.HasSuffix(rel, ".sh") || strings.HasPrefix(rel, "code/vendor/") {
 		return 0o755
 	}
 	return 0o644
@@ -85,11 +135,11 @@ func fileMode(rel string) int64 {
 // tar of one top folder capsule-NNNNNNN/ with code/, data/, results/,
 // environment/, metadata/ and REPRODUCING.md. It is deterministic: entries
 // sorted by path, directories before their contents, a fixed mtime, uid
-// and gid 0, directories 0755, files 0644 except code/run and *.sh (0755),
-// USTAR headers, no gzip name or time.
+// and gid 0, directories 0755, files 0644 except code/run, *.sh and
+// code/vendor/* (0755), USTAR headers, no gzip name or time.
 func CapsuleTarball(id string) ([]byte, error) {
-	if !slices.Contains(CapsuleIDs(), id) {
-		return nil, fmt.Errorf("sample capsule %q: no such capsule (have %s)", id, strings.Join(CapsuleIDs(), ", "))
+	if !slices.Contains(AllCapsuleIDs(), id) {
+		return nil, fmt.Errorf("sample capsule %q: no such capsule (have %s)", id, strings.Join(AllCapsuleIDs(), ", "))
 	}
 	var buf bytes.Buffer
 	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)

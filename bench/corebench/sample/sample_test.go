@@ -24,14 +24,23 @@ import (
 
 const busybox = "/bin/busybox"
 
+// parseTasks reads the tasks of both sample suites: the sample suite's
+// then the Medium suite's.
 func parseTasks(t *testing.T) []corebench.Task {
 	t.Helper()
 	tasks, err := corebench.ParseTasks(Tasks())
 	if err != nil {
 		t.Fatalf("ParseTasks(sample tasks.json): %v", err)
 	}
-	return tasks
+	medium, err := corebench.ParseTasks(MediumTasks())
+	if err != nil {
+		t.Fatalf("ParseTasks(sample tasks-medium.json): %v", err)
+	}
+	return append(tasks, medium...)
 }
+
+// taskCapsuleIDs are the capsules the sample suites' tasks name.
+func taskCapsuleIDs() []string { return append(CapsuleIDs(), MediumCapsuleIDs()...) }
 
 // questionRe is how every sample question names its answer.
 func questionRe() *regexp.Regexp {
@@ -121,8 +130,13 @@ func TestTasks(t *testing.T) {
 			t.Errorf("%s: the published results do not answer the task: %v %+v", task.CapsuleID, err, v.Questions)
 		}
 	}
-	if !reflect.DeepEqual(ids, CapsuleIDs()) || len(ids) < 3 {
-		t.Errorf("tasks %v, capsules %v", ids, CapsuleIDs())
+	if !reflect.DeepEqual(ids, taskCapsuleIDs()) || len(CapsuleIDs()) != 3 || len(MediumCapsuleIDs()) != 1 {
+		t.Errorf("tasks %v, capsules %v and %v", ids, CapsuleIDs(), MediumCapsuleIDs())
+	}
+	for _, id := range ids {
+		if !slices.Contains(AllCapsuleIDs(), id) {
+			t.Errorf("task %s names no capsule here (%v)", id, AllCapsuleIDs())
+		}
 	}
 	for _, k := range []string{"int", "float", "string", "list", "fig string", "fig float", "fig int"} {
 		if kinds[k] == 0 {
@@ -135,7 +149,7 @@ func TestTasks(t *testing.T) {
 }
 
 func TestCapsuleTarball(t *testing.T) {
-	for _, id := range CapsuleIDs() {
+	for _, id := range AllCapsuleIDs() {
 		a, err := CapsuleTarball(id)
 		if err != nil {
 			t.Fatal(err)
@@ -173,7 +187,7 @@ func TestCapsuleTarball(t *testing.T) {
 			switch {
 			case h.Typeflag == tar.TypeDir:
 				want = 0o755
-			case rel == "code/run" || strings.HasSuffix(rel, ".sh"):
+			case rel == "code/run" || strings.HasSuffix(rel, ".sh") || strings.HasPrefix(rel, "code/vendor/"):
 				want = 0o755
 			}
 			if h.Mode != want {
@@ -312,9 +326,54 @@ func readTree(t *testing.T, dir string) map[string]string {
 	return files
 }
 
+// environmentPath is what a capsule's environment/Dockerfile adds to the
+// busybox base on the host: every file of environment/ but the Dockerfile
+// is a tool the Dockerfile copies to /usr/local/bin (checked), here put in
+// a folder of their own for PATH. "" when the environment adds nothing.
+func environmentPath(t *testing.T, capsule string) string {
+	t.Helper()
+	env := filepath.Join(capsule, "environment")
+	df, err := os.ReadFile(filepath.Join(env, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(df), "\nFROM "+BaseImage+"\n") {
+		t.Errorf("%s: the Dockerfile is not FROM %s:\n%s", capsule, BaseImage, df)
+	}
+	entries, err := os.ReadDir(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := ""
+	for _, e := range entries {
+		if e.Name() == "Dockerfile" {
+			continue
+		}
+		if !strings.Contains(string(df), "\nCOPY "+e.Name()+" /usr/local/bin/"+e.Name()+"\n") {
+			t.Fatalf("%s: environment/%s is not installed by the Dockerfile", capsule, e.Name())
+		}
+		if dir == "" {
+			dir = t.TempDir()
+		}
+		b, err := os.ReadFile(filepath.Join(env, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestRunScriptsReproduceResults runs every capsule's code/run in its
+// environment (the busybox tools and what its Dockerfile installs) and
+// finds the published results; a capsule whose Dockerfile installs tools
+// fails without them.
 func TestRunScriptsReproduceResults(t *testing.T) {
 	bin := busyboxPath(t)
-	for _, id := range CapsuleIDs() {
+	needy := 0
+	for _, id := range taskCapsuleIDs() {
 		dir := extract(t, id, t.TempDir())
 		published := readTree(t, filepath.Join(dir, "results"))
 		if len(published) == 0 {
@@ -326,7 +385,23 @@ func TestRunScriptsReproduceResults(t *testing.T) {
 		if err := os.Mkdir(filepath.Join(dir, "results"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		out, err := run(t, bin, filepath.Join(dir, "code"), nil, "run")
+		path := bin
+		if tools := environmentPath(t, dir); tools != "" {
+			needy++
+			if out, err := run(t, bin, filepath.Join(dir, "code"), nil, "run"); err == nil {
+				t.Fatalf("%s: sh run works without the tools its environment installs:\n%s", id, out)
+			}
+			path = tools + ":" + bin
+			vendored, _ := os.ReadDir(filepath.Join(dir, "code", "vendor"))
+			for _, v := range vendored {
+				a, _ := os.ReadFile(filepath.Join(dir, "code", "vendor", v.Name()))
+				b, _ := os.ReadFile(filepath.Join(tools, v.Name()))
+				if !bytes.Equal(a, b) {
+					t.Errorf("%s: code/vendor/%s is not the tool the environment installs", id, v.Name())
+				}
+			}
+		}
+		out, err := run(t, path, filepath.Join(dir, "code"), nil, "run")
 		if err != nil {
 			t.Fatalf("%s: sh run: %v\n%s", id, err, out)
 		}
@@ -343,6 +418,9 @@ func TestRunScriptsReproduceResults(t *testing.T) {
 				}
 			}
 		}
+	}
+	if needy == 0 {
+		t.Error("no sample capsule needs what its environment installs")
 	}
 }
 
@@ -366,6 +444,12 @@ func TestAgentsAtEveryLevel(t *testing.T) {
 			for _, name := range AgentNames() {
 				ws := t.TempDir()
 				capsule := extract(t, task.CapsuleID, ws)
+				// At Medium the agent runs in the capsule's environment:
+				// what its Dockerfile installs is on the PATH.
+				path := bin
+				if tools := environmentPath(t, capsule); tools != "" && level == corebench.Medium {
+					path = tools + ":" + bin
+				}
 				if err := rule.Apply(capsule, level); err != nil {
 					t.Fatal(err)
 				}
@@ -382,7 +466,7 @@ func TestAgentsAtEveryLevel(t *testing.T) {
 					"DATA=" + filepath.Join(capsule, "data"),
 					"RESULTS=" + filepath.Join(capsule, "results"),
 				}
-				out, err := run(t, bin, ws, env, filepath.Join(agentDir, name))
+				out, err := run(t, path, ws, env, filepath.Join(agentDir, name))
 				if err != nil {
 					t.Errorf("%s %s %s: agent failed: %v\n%s", task.CapsuleID, level, name, err, out)
 					continue
