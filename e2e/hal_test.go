@@ -41,6 +41,12 @@ const halAgent = "hal-example"
 // leaderboard --hal` (the binary, over the HTTP API with the admin's
 // token) writes one upload per level whose raw_logging_results are the
 // runs' calls, and HAL's own check_upload_structure accepts each file.
+// halLevels are the levels a HAL agent is evaluated at. At Medium the job
+// runs inside the capsule's environment image with the agent's image at
+// /agent (docs/agents.md), and the adapter needs its own image's Python:
+// it cannot run there (agent_error), so HAL agents run at Easy and Hard.
+var halLevels = []string{"easy", "hard"}
+
 func TestHALAgentThroughGateway(t *testing.T) {
 	requireRoot(t)
 	bin := binary(t)
@@ -89,7 +95,7 @@ func TestHALAgentThroughGateway(t *testing.T) {
 	}
 	args, _ := json.Marshal(map[string]any{"model_name": demo.ScriptedModel, "max_steps": 4})
 	if _, _, err := c.Evaluate(ctx, coordinator.Evaluation{ID: "hal", Suite: demo.SuiteName, Agent: halAgent,
-		Levels: allLevels, Replicas: 1, Env: []string{"HAL_AGENT_ARGS=" + string(args)}, Models: []string{demo.ScriptedModel},
+		Levels: halLevels, Replicas: 1, Env: []string{"HAL_AGENT_ARGS=" + string(args)}, Models: []string{demo.ScriptedModel},
 		Budget: core.Budget{AttemptUSD: 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +112,7 @@ func TestHALAgentThroughGateway(t *testing.T) {
 	callUSD := (float64(demo.ScriptedUsage.Prompt)*demo.ScriptedPrice.Input + float64(demo.ScriptedUsage.Completion)*demo.ScriptedPrice.Output) / 1e6
 	entries := c.LeaderboardEntries()
 	tasks := len(sample.CapsuleIDs())
-	if len(entries) != len(allLevels)*tasks {
+	if len(entries) != len(halLevels)*tasks {
 		t.Fatalf("%d entries", len(entries))
 	}
 	for _, e := range entries {
@@ -133,7 +139,7 @@ func TestHALAgentThroughGateway(t *testing.T) {
 		t.Fatalf("repronet leaderboard --hal: %v\n%s", err, out)
 	}
 	files, _ := filepath.Glob(filepath.Join(halDir, "*_UPLOAD.json"))
-	if len(files) != len(allLevels) {
+	if len(files) != len(halLevels) {
 		t.Fatalf("%d uploads: %s", len(files), out)
 	}
 	for _, f := range files {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/repronet/repronet/proto"
 	"github.com/repronet/repronet/sandbox"
@@ -14,9 +15,19 @@ func fillReport(r *proto.Report, res attemptResult) {
 	r.StdoutTail, r.StderrTail = run.Stdout, run.Stderr
 	r.Detail = run.Detail
 	r.ModelChainHead = res.chainHead
-	r.Usage = &proto.Usage{CpuSeconds: run.CPUSeconds, PeakMemoryBytes: run.PeakMemoryBytes, WallMillis: run.Wall.Milliseconds(),
+	r.Usage = &proto.Usage{CpuSeconds: run.CPUSeconds, PeakMemoryBytes: run.PeakMemoryBytes, WallMillis: wallMillis(run.Wall),
 		PeakPids: run.PeakPids, DiskUsedBytes: run.DiskUsedBytes, EgressRefused: run.EgressRefused}
 	r.Outputs = res.outputs
+}
+
+// wallMillis is a run's wall time in whole milliseconds, rounded up: a run
+// shorter than a millisecond still took time, and a report of 0 ms is one
+// the cross-check takes for a lie.
+func wallMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 func outcomeOf(o sandbox.Outcome) proto.Outcome {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ipfs/go-datastore/query"
 	gproto "google.golang.org/protobuf/proto"
@@ -106,4 +107,19 @@ func TestOversizedReportFitsItsEnvelope(t *testing.T) {
 		t.Fatalf("tails of %d and %d bytes, detail %q", len(r.GetStdoutTail()), len(r.GetStderrTail()), r.GetDetail())
 	}
 	t.Logf("sealed %d bytes: %s", len(ob.Envelope), r.GetDetail())
+}
+
+// TestWallMillis: a run's wall time is reported in whole milliseconds
+// rounded up, so a run that took any time at all never reports 0 ms (the
+// cross-check takes a run of no time for a lie).
+func TestWallMillis(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want int64
+	}{{0, 0}, {-time.Second, 0}, {time.Nanosecond, 1}, {999 * time.Microsecond, 1}, {time.Millisecond, 1},
+		{time.Millisecond + 1, 2}, {1500 * time.Millisecond, 1500}} {
+		if got := wallMillis(c.d); got != c.want {
+			t.Errorf("wallMillis(%s) = %d, want %d", c.d, got, c.want)
+		}
+	}
 }

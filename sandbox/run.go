@@ -330,10 +330,14 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	if ctx.Err() != nil {
 		return cancelled()
 	}
+	// created: a command that cannot be executed fails while its task is
+	// created or started, and its run lasted from here (never 0: a
+	// report of no time at all could not be true).
+	created := time.Now()
 	task, err := container.NewTask(detached, cio.NewCreator(cio.WithStreams(nil, stdout, stderr)), client.WithRootFS(rootfs))
 	if err != nil {
 		if isExecFailure(err) {
-			return r.execFailure(detached, &res, log, err, td, finish)
+			return r.execFailure(detached, &res, log, err, td, finish, created)
 		}
 		return infra("create task", err)
 	}
@@ -370,7 +374,7 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (Result, error) {
 	start := time.Now()
 	if err := task.Start(detached); err != nil {
 		if isExecFailure(err) {
-			return r.execFailure(detached, &res, log, err, td, finish)
+			return r.execFailure(detached, &res, log, err, td, finish, created)
 		}
 		return infra("start task", err)
 	}
@@ -764,8 +768,10 @@ func lowerDirs(ms []mount.Mount) ([]string, []string, error) {
 }
 
 // execFailure reports a command that could not be executed (missing binary,
-// not executable, bad working directory) as the agent's error, exit code 127.
-func (r *Runner) execFailure(ctx context.Context, res *Result, log *slog.Logger, err error, td *teardown, finish func()) (Result, error) {
+// not executable, bad working directory) as the agent's error, exit code 127,
+// its wall time the time since its task was being created.
+func (r *Runner) execFailure(ctx context.Context, res *Result, log *slog.Logger, err error, td *teardown, finish func(), created time.Time) (Result, error) {
+	res.Wall = time.Since(created)
 	td.run(ctx)
 	finish()
 	res.Outcome, res.ExitCode = OutcomeAgentError, 127

@@ -378,6 +378,9 @@ func TestRunExecFailure(t *testing.T) {
 		if res.Outcome != OutcomeAgentError || res.ExitCode != 127 {
 			t.Fatalf("%s: got %s exit %d (%s), want agent_error 127", cmd, res.Outcome, res.ExitCode, res.Detail)
 		}
+		if res.Wall <= 0 {
+			t.Fatalf("%s: wall time %s: a run of no time at all is what the cross-check takes for a lie", cmd, res.Wall)
+		}
 	}
 }
 
