@@ -38,15 +38,23 @@ func (c *Coordinator) dashEntries(es []bench.Entry) []dashboard.Entry {
 			values[entryKey{a.Suite, a.Agent, a.TaskID, a.Level, max(a.Run, 1), string(a.Score.Public)}] = a.Score.Value
 		}
 	}
+	// graders are the suites' bench.ValueGrader (nil: a suite grading each
+	// job one way).
+	graders := map[string]bench.ValueGrader{}
 	out := make([]dashboard.Entry, len(es))
 	for i, e := range es {
 		d := dashboard.Entry{Suite: e.Suite, Variant: e.Variant, Scoring: scoringLabel(e.Scoring), Agent: e.Agent, Model: e.Model,
 			Task: e.TaskID, Run: e.Run, Status: string(e.Status), CostUSD: e.CostUSD, InputTokens: e.InputTokens,
 			OutputTokens: e.OutputTokens, CPUSeconds: e.CPUSeconds, WallSeconds: e.WallSeconds, Verification: e.Verification}
-		if si, ok := c.catalog.LookupSuite(e.Suite); ok {
-			if vg, ok := si.Bench.(bench.ValueGrader); ok {
-				d.Grader = vg.ValueGrader(e.Scoring)
+		vg, seen := graders[e.Suite]
+		if !seen {
+			if si, ok := c.catalog.LookupSuite(e.Suite); ok {
+				vg, _ = si.Bench.(bench.ValueGrader)
 			}
+			graders[e.Suite] = vg
+		}
+		if vg != nil {
+			d.Grader = vg.ValueGrader(e.Scoring)
 		}
 		if len(e.Score) > 0 {
 			if v, ok := values[entryKey{e.Suite, e.Agent, e.TaskID, e.Variant, e.Run, string(e.Score)}]; ok {
