@@ -79,6 +79,15 @@ type Suite interface {
 	Boards(entries []Entry) ([]any, error)
 }
 
+// ValueGrader is implemented by a suite that grades each job several
+// ways (a board per grader, as PaperBench's and HeurekaBench's): it names
+// the grader, with its version, whose score a job's Score.Value is, for a
+// job scored under scoring (an Entry.Scoring); "" when it cannot tell.
+// Views that show one number per job (the dashboard) name it beside.
+type ValueGrader interface {
+	ValueGrader(scoring json.RawMessage) string
+}
+
 // Task is one task of a suite.
 type Task struct {
 	ID string `json:"id"`

@@ -15,6 +15,7 @@ import (
 	"github.com/repronet/repronet/bench"
 	corebenchfamily "github.com/repronet/repronet/bench/corebench/family"
 	"github.com/repronet/repronet/coordinator/core"
+	"github.com/repronet/repronet/dashboard"
 	"github.com/repronet/repronet/gateway"
 	"github.com/repronet/repronet/gateway/modelnet"
 	"github.com/repronet/repronet/internal/modelsim"
@@ -228,6 +229,10 @@ func (judgedSuite) Scorer() string                            { return "judged@1
 func (judgedSuite) Scoring() json.RawMessage                  { return json.RawMessage(`{"scorer":"judged@1"}`) }
 func (judgedSuite) Pipeline(bench.Task, string) []bench.Stage { return []bench.Stage{{Name: "solve"}} }
 func (judgedSuite) Boards([]bench.Entry) ([]any, error)       { return nil, nil }
+
+// ValueGrader: the judged family grades a job one way, and says so
+// (bench.ValueGrader).
+func (judgedSuite) ValueGrader(json.RawMessage) string { return "judged-strict@1" }
 func (judgedSuite) Recipe(in bench.RecipeInput) (*proto.Recipe, error) {
 	return &proto.Recipe{ImageCid: in.Image.Bytes(), Limits: in.Limits, Outputs: []*proto.Output{{Path: "report.json", MaxBytes: 1 << 10}}}, nil
 }
@@ -291,5 +296,11 @@ func TestJudgeThroughGateway(t *testing.T) {
 	agentAcct, _ := c.models.ledger.Balance(ctx, "attempt/"+a.GetAttemptId())
 	if judgeAcct.Spent == 0 || agentAcct.Spent != 0 || got.Model != nil {
 		t.Fatalf("judge account %+v, agent account %+v, agent model use %+v", judgeAcct, agentAcct, got.Model)
+	}
+	// The dashboard's boards name the grader whose score is the number
+	// (issue 16), as the family says.
+	boards := dashboard.BuildBoards(c.dashEntries(c.LeaderboardEntries()))
+	if len(boards) != 1 || boards[0].Grader != "judged-strict@1" {
+		t.Fatalf("dashboard boards %+v, want one graded by judged-strict@1", boards)
 	}
 }

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/repronet/repronet/coordinator/core"
 	"github.com/repronet/repronet/sandbox/ociimage"
 )
 
@@ -219,6 +221,43 @@ func testBrowser(t *testing.T, f *people) {
 		rawIDs = append(rawIDs, a.ID)
 	}
 	rawIDs = append(rawIDs, f.canary, hCanary)
+	// lab-a's own attempts and replays (issue 13), and one own attempt a
+	// replay verified and one not drawn for a replay.
+	var own, replays []Attempt
+	var verified, notDrawn Attempt
+	for _, a := range attsA {
+		switch {
+		case a.Kind == KindReplay:
+			replays = append(replays, a)
+		case a.Verification != nil && a.Verification.State == "verified":
+			verified = a
+		case a.Verification != nil && a.Verification.State == core.VerifyNotDrawn:
+			notDrawn = a
+		}
+		if a.Kind != KindReplay {
+			own = append(own, a)
+		}
+	}
+	// A new node's every result is drawn for a replay, so some are
+	// verified; one is left undrawn only once a replay was judged before
+	// its node's next result was scored, as a rule but not always.
+	if len(replays) == 0 || verified.ID == "" {
+		t.Fatalf("the fixture has %d replays and verified attempt %q: want some", len(replays), verified.ID)
+	}
+	if notDrawn.ID == "" {
+		t.Log("every one of lab-a's results was drawn for a replay: the checks of one not drawn are skipped")
+	}
+	// The boards' verified column counts solver-a's validated sampled
+	// units and those a replay verified, as the entries say.
+	sampled, replayVerified := 0, 0
+	for _, e := range f.c.PublicEntries() {
+		if e.Agent == "solver-a" && e.Status == "validated" && e.Verification != "" {
+			sampled++
+			if e.Verification == "verified" {
+				replayVerified++
+			}
+		}
+	}
 
 	t.Run("public", func(t *testing.T) {
 		tb := newTab(t, browser, f.srv.URL)
@@ -250,6 +289,17 @@ func testBrowser(t *testing.T, f *people) {
 		if fill := tb.eval(`getComputedStyle(document.querySelector('svg.pareto g.on-frontier circle')).fill`); fill != "rgb(36, 87, 197)" {
 			t.Errorf("frontier points filled %q: the style sheet is not applied", fill)
 		}
+		// Verification by replay: solver-a's runs are model-driven (its
+		// attempts made model calls), some verified, some not drawn.
+		if got, want := tb.eval(`document.querySelector('section.board tr[data-agent="solver-a"] td.verified').innerText`),
+			fmt.Sprintf("%d of %d replay-verified", replayVerified, sampled); got != want || sampled != 6 || replayVerified == 0 {
+			t.Errorf("solver-a's verified cell %q, want %q (of its 6 units)", got, want)
+		}
+		tb.has("boards", "Cross-checked", "Verified")
+		// CORE-Bench grades each job one way: no grader in the heading.
+		if n := tb.number(`document.querySelectorAll('section.board[data-grader], section.board .grader').length`); n != 0 {
+			t.Errorf("%v CORE-Bench boards name a grader", n)
+		}
 		tb.lacks("boards", append(nodeIDs, rawIDs...)...)
 		tb.shot("leaderboards")
 
@@ -273,6 +323,28 @@ func testBrowser(t *testing.T, f *people) {
 			t.Errorf("values per run %q, want 7, 7 and 8", vals)
 		}
 		tb.shot("repro")
+		// A draft check (no rules): each value with its file, values per
+		// run and verdict; n_timepoints (7, 7, 8) kept with its interval,
+		// seed 42 stable, the time each run finished flagged; the draft
+		// spec to download holds a rule per kept value.
+		tb.open("/repro/"+f.draft, 200)
+		tb.has("draft", "Draft task entry", "results/growth.txt", "[4.465, 10.2] (mean 7.333, n=3)", "42, 42, 42", "2 of 3 values kept")
+		verdicts := tb.eval(`[...document.querySelectorAll('table.draft tbody tr')].map(r => r.dataset.verdict).join(' ')`)
+		if verdicts != "interval stable timestamp" {
+			t.Errorf("draft verdicts %q, want interval stable timestamp", verdicts)
+		}
+		href := tb.eval(`document.getElementById('draft-spec').getAttribute('href')`)
+		code, spec := f.request("", "GET", href, nil, "")
+		var ds struct {
+			Rules []struct{ Question, File string }
+		}
+		if code != 200 || json.Unmarshal([]byte(spec), &ds) != nil || len(ds.Rules) != 2 || ds.Rules[0].File != "results/growth.txt" {
+			t.Errorf("draft spec at %s: %d %s", href, code, spec)
+		}
+		if code, _ := f.request("", "GET", "/repro/"+f.repro+"/draft-spec.json", nil, ""); code != 404 {
+			t.Errorf("a check with rules has a draft spec: %d", code)
+		}
+		tb.shot("repro-draft")
 		tb.open("/evaluations", 401)
 		tb.has("evaluations, publicly", "Sign in to see this page")
 		tb.open("/attempts/"+hA, 401)
@@ -293,18 +365,49 @@ func testBrowser(t *testing.T, f *people) {
 		if evs := tb.eval(`[...document.querySelectorAll('tr[data-eval]')].map(r => r.dataset.eval).join(' ')`); evs != f.evA {
 			t.Errorf("evaluations listed: %q, want only %s", evs, f.evA)
 		}
-		if done, total := tb.number(`+document.querySelector('svg.bar').dataset.done`), tb.number(`+document.querySelector('svg.bar').dataset.total`); done != float64(len(attsA)) || total != done {
-			t.Errorf("progress bar %v of %v, want %d of %d", done, total, len(attsA), len(attsA))
+		// Progress counts the agent's own attempts, replays apart.
+		if done, total := tb.number(`+document.querySelector('svg.bar').dataset.done`), tb.number(`+document.querySelector('svg.bar').dataset.total`); done != float64(len(own)) || total != done {
+			t.Errorf("progress bar %v of %v, want %d of %d", done, total, len(own), len(own))
 		}
+		tb.has("evaluations", fmt.Sprintf("%d done", len(own)), fmt.Sprintf("+%d replays", len(replays)))
 
 		tb.open("/evaluations/"+f.evA, 200)
-		tb.has("evaluation", "83.3%", fmt.Sprintf("%d done", len(attsA)), "$0.048")
-		links := tb.eval(`[...document.querySelectorAll('table.attempts a')].map(a => a.getAttribute('href')).join(' ')`)
+		tb.has("evaluation", "83.3%", fmt.Sprintf("%d done", len(own)), fmt.Sprintf("+%d replays", len(replays)), "$0.048")
+		links := tb.eval(`[...document.querySelectorAll('table.attempts td:first-child a')].map(a => a.getAttribute('href')).join(' ')`)
 		if n := len(strings.Fields(links)); n != len(attsA) || strings.Count(links, "/attempts/ah-") != n {
 			t.Errorf("attempt links %q: want %d handles", links, len(attsA))
 		}
+		// Replays are labelled, each naming the attempt it replays by its
+		// handle; the agent's own attempts say where verification stands.
+		if n := tb.number(`[...document.querySelectorAll('table.attempts tr[data-kind="replay"]')].filter(r => r.querySelector('.kind-replay').innerText == 'replay').length`); n != float64(len(replays)) {
+			t.Errorf("%v attempts labelled replays, want %d", n, len(replays))
+		}
+		if got := tb.eval(`document.querySelector('tr[data-attempt="` + h(replays[0].ID) + `"] td.verification').innerText`); got != "replays "+h(replays[0].ReplayOf) {
+			t.Errorf("replay row says %q, want it to name %s", got, h(replays[0].ReplayOf))
+		}
+		if got := tb.eval(`document.querySelector('tr[data-attempt="` + h(verified.ID) + `"] td.verification').innerText`); got != "verified" {
+			t.Errorf("a verified attempt's row says %q", got)
+		}
 		tb.lacks("evaluation", append(nodeIDs, rawIDs...)...)
 		tb.shot("evaluation")
+
+		// An attempt's verification, in words, never the node's rate.
+		tb.open("/attempts/"+h(verified.ID), 200)
+		if st := tb.eval(`document.getElementById('verification').dataset.state`); st != "verified" {
+			t.Errorf("verified attempt's state %q", st)
+		}
+		tb.has("a verified attempt", "answers bound to the trajectory: yes", "replayed: 1 time", "Another volunteer re-ran the attempt's tools")
+		if notDrawn.ID != "" {
+			tb.open("/attempts/"+h(notDrawn.ID), 200)
+			tb.has("an attempt not drawn", "unverified: not picked for a replay", "replayed: no")
+			tb.lacks("an attempt's verification", "node's rate", notDrawn.Verification.Reason)
+		}
+		tb.open("/attempts/"+h(replays[0].ID), 200)
+		tb.has("a replay", "replay of "+h(replays[0].ReplayOf))
+		if href := tb.eval(`document.querySelector('#kind a').getAttribute('href')`); href != "/attempts/"+h(replays[0].ReplayOf) {
+			t.Errorf("the replay links to %q", href)
+		}
+		tb.lacks("a replay", append(nodeIDs, rawIDs...)...)
 
 		tb.open("/attempts/"+hA, 200)
 		tb.has("attempt", "done", "agent solver-a on", "nothing to worry about", "Step 1: what is in results/?", "the figure is 0.96",
@@ -406,6 +509,8 @@ func testBrowser(t *testing.T, f *people) {
 		tb.has("the admin's attempt", "Verdict", "operator only")
 		tb.open("/attempts/"+f.canary, 200)
 		tb.has("a canary", "canary of")
+		tb.open("/attempts/"+verified.ID, 200)
+		tb.has("the admin's verification", "verified", "(operator: "+verified.Verification.Reason+")")
 		tb.open("/repro", 200)
 		tb.has("the checks", f.repro)
 	})

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -43,9 +44,12 @@ type people struct {
 	tasks []string
 	// canary is the canary's attempt ID (lab-a's group).
 	canary string
-	// repro is a reproducibility check whose three runs gave 7, 7 and 8.
-	repro string
-	nodes []*wireNode
+	// repro is a reproducibility check whose three runs gave 7, 7 and 8;
+	// draft one without rules (a draft check) of the same capsule, whose
+	// runs' results/growth.txt held n_timepoints 7, 7 and 8, seed 42 and
+	// the time they ran.
+	repro, draft string
+	nodes        []*wireNode
 }
 
 const (
@@ -153,11 +157,21 @@ func newPeople(t *testing.T) *people {
 		t.Fatalf("submit a check: %d %s", code, resp)
 	}
 	f.repro = rr.ID
+	// A draft check: the same capsule without rules.
+	spec = `{"capsule": {"field": "F", "language": "Shell", "capsule_title": "T", "capsule_id": "capsule-0000002", "capsule_doi": "", "task_prompt": "Run it."}}`
+	body, ct = reproBody(t, spec, tb)
+	code, resp = f.request(f.admin, "POST", "/api/repro", strings.NewReader(body), ct)
+	if code != 200 || json.Unmarshal([]byte(resp), &rr) != nil {
+		t.Fatalf("submit a draft check: %d %s", code, resp)
+	}
+	f.draft = rr.ID
 	c.kick()
-	waitUntil(ctx, t, "the check done", func() bool {
-		st, err := c.ReproStatus(ctx, f.repro)
-		return err == nil && st.State == ReproDone
-	})
+	for _, id := range []string{f.repro, f.draft} {
+		waitUntil(ctx, t, "the check done", func() bool {
+			st, err := c.ReproStatus(ctx, id)
+			return err == nil && st.State == ReproDone
+		})
+	}
 	return f
 }
 
@@ -187,15 +201,27 @@ func (f *people) agentRun(w *wireNode) func(*proto.Assignment) *proto.Report {
 }
 
 // capsuleRun is a capsule's run script's report: the file its check
-// reads, with 7 time points on two nodes and 8 on the third.
+// reads, with 7 time points on two nodes and 8 on the third; for a draft
+// check, the results/ folder holding that file with a seed and the time.
 func (f *people) capsuleRun(w *wireNode, asg *proto.Assignment) *proto.Report {
 	r := w.okReport(asg, "")
 	n := 7
 	if w == f.nodes[len(f.nodes)-1] && len(f.nodes) == 3 {
 		n = 8
 	}
-	path := asg.GetRecipe().GetOutputs()[0].GetPath()
-	info, err := w.store.Add(context.Background(), strings.NewReader(fmt.Sprintf("n_timepoints %d\n", n)))
+	out := asg.GetRecipe().GetOutputs()[0]
+	path := out.GetPath()
+	content := []byte(fmt.Sprintf("n_timepoints %d\n", n))
+	if out.GetDirectory() {
+		var tb bytes.Buffer
+		tw := tar.NewWriter(&tb)
+		file := fmt.Sprintf("n_timepoints %d\nseed 42\nfinished %s\n", n, time.Now().UTC().Format(time.RFC3339Nano))
+		_ = tw.WriteHeader(&tar.Header{Name: "growth.txt", Mode: 0o644, Size: int64(len(file)), Typeflag: tar.TypeReg})
+		_, _ = tw.Write([]byte(file))
+		_ = tw.Close()
+		content = tb.Bytes()
+	}
+	info, err := w.store.Add(context.Background(), bytes.NewReader(content))
 	if err != nil {
 		w.t.Errorf("capsule run output: %v", err)
 	}

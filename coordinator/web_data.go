@@ -38,11 +38,24 @@ func (c *Coordinator) dashEntries(es []bench.Entry) []dashboard.Entry {
 			values[entryKey{a.Suite, a.Agent, a.TaskID, a.Level, max(a.Run, 1), string(a.Score.Public)}] = a.Score.Value
 		}
 	}
+	// graders are the suites' bench.ValueGrader (nil: a suite grading each
+	// job one way).
+	graders := map[string]bench.ValueGrader{}
 	out := make([]dashboard.Entry, len(es))
 	for i, e := range es {
 		d := dashboard.Entry{Suite: e.Suite, Variant: e.Variant, Scoring: scoringLabel(e.Scoring), Agent: e.Agent, Model: e.Model,
 			Task: e.TaskID, Run: e.Run, Status: string(e.Status), CostUSD: e.CostUSD, InputTokens: e.InputTokens,
-			OutputTokens: e.OutputTokens, CPUSeconds: e.CPUSeconds, WallSeconds: e.WallSeconds}
+			OutputTokens: e.OutputTokens, CPUSeconds: e.CPUSeconds, WallSeconds: e.WallSeconds, Verification: e.Verification}
+		vg, seen := graders[e.Suite]
+		if !seen {
+			if si, ok := c.catalog.LookupSuite(e.Suite); ok {
+				vg, _ = si.Bench.(bench.ValueGrader)
+			}
+			graders[e.Suite] = vg
+		}
+		if vg != nil {
+			d.Grader = vg.ValueGrader(e.Scoring)
+		}
 		if len(e.Score) > 0 {
 			if v, ok := values[entryKey{e.Suite, e.Agent, e.TaskID, e.Variant, e.Run, string(e.Score)}]; ok {
 				d.Value = &v
@@ -134,8 +147,14 @@ func (c *Coordinator) attemptView(p accounts.Principal, a Attempt) dashboard.Att
 	v := dashboard.Attempt{ID: a.ID, Eval: a.Eval, Suite: a.Suite, Task: a.TaskID, Variant: a.Level, Stage: a.Stage,
 		Agent: a.Agent, Group: a.Group, Run: max(a.Run, 1), Replica: a.Replica, State: string(a.State),
 		Enqueued: a.EnqueuedAt.UTC().Truncate(time.Second)}
+	if a.Kind == KindReplay {
+		v.Kind, v.ReplayOf = dashboard.KindReplay, a.ReplayOf
+	}
 	if !admin {
 		v.ID = c.web.handle(a.ID)
+		if v.ReplayOf != "" {
+			v.ReplayOf = c.web.handle(a.ReplayOf)
+		}
 		if !finished(a.State) {
 			v.State = "pending"
 		}
@@ -168,6 +187,12 @@ func (c *Coordinator) attemptView(p accounts.Principal, a Attempt) dashboard.Att
 	for _, o := range a.Outputs {
 		v.Outputs = append(v.Outputs, dashboard.Output{Path: o.Path, Size: o.Size, Error: o.Error})
 	}
+	if vr := a.Verification; vr != nil {
+		v.Verification = &dashboard.Verification{State: vr.State, Replays: len(vr.Replays), Benign: vr.Benign}
+		if admin {
+			v.Verification.Reason = vr.Reason
+		}
+	}
 	return v
 }
 
@@ -192,13 +217,23 @@ func (c *Coordinator) visibleAttempt(p accounts.Principal, ref string) (Attempt,
 	return a, true
 }
 
-// progressOf counts attempts (never canaries) into a progress: units are
-// the distinct units, decided those decide says are.
+// progressOf counts attempts (never canaries) into a progress: the
+// agent's own, with replays apart; units are the distinct units, decided
+// those decide says are.
 func progressOf(atts []Attempt, decided func(unit string) bool, detail bool) dashboard.Progress {
 	var p dashboard.Progress
 	var d dashboard.ProgressDetail
 	units := map[string]bool{}
 	for _, a := range atts {
+		if a.Kind == KindReplay {
+			if a.State != StateCancelled {
+				p.Replays++
+			}
+			if !finished(a.State) {
+				p.ReplaysPending++
+			}
+			continue
+		}
 		switch a.State {
 		case StateQueued:
 			d.Queued++
@@ -454,6 +489,13 @@ func (c *Coordinator) reproView(ctx context.Context, id string) (dashboard.Repro
 		return dashboard.Repro{}, err
 	}
 	v := dashboard.Repro{ID: st.ID, State: st.State, RunsDone: st.RunsDone, RunsWanted: st.RunsWanted, Error: st.Error, Report: st.Report}
+	readReproReport(&v, st.Report)
+	return v, nil
+}
+
+// readReproReport fills v from a check's report when it is bench/repro's:
+// its questions, or a draft check's values and draft spec.
+func readReproReport(v *dashboard.Repro, report json.RawMessage) {
 	var rep struct {
 		Reproducible *bool    `json:"reproducible"`
 		FailedRuns   []string `json:"failed_runs"`
@@ -466,11 +508,33 @@ func (c *Coordinator) reproView(ctx context.Context, id string) (dashboard.Repro
 			Reproduced bool                `json:"reproduced"`
 			Reason     string              `json:"reason"`
 		} `json:"questions"`
+		Draft *struct {
+			Values []struct {
+				Question string                `json:"question"`
+				Rule     struct{ File string } `json:"rule"`
+				Values   []string              `json:"values"`
+				Verdict  string                `json:"verdict"`
+				Interval *dashboard.Interval   `json:"interval"`
+				Reason   string                `json:"reason"`
+			} `json:"values"`
+			Spec      json.RawMessage `json:"spec"`
+			Truncated []string        `json:"truncated"`
+		} `json:"draft"`
 	}
-	if len(st.Report) == 0 || json.Unmarshal(st.Report, &rep) != nil {
-		return v, nil
+	if len(report) == 0 || json.Unmarshal(report, &rep) != nil {
+		return
 	}
 	v.Reproducible, v.FailedRuns = rep.Reproducible, rep.FailedRuns
+	if d := rep.Draft; d != nil {
+		v.Draft = &dashboard.ReproDraft{Spec: d.Spec, Truncated: d.Truncated, Values: []dashboard.ReproDraftValue{}}
+		for _, x := range d.Values {
+			dv := dashboard.ReproDraftValue{Question: x.Question, File: x.Rule.File, Verdict: x.Verdict, Interval: x.Interval, Reason: x.Reason}
+			for _, val := range x.Values {
+				dv.Values = append(dv.Values, cmp.Or(val, "—"))
+			}
+			v.Draft.Values = append(v.Draft.Values, dv)
+		}
+	}
 	for _, q := range rep.Questions {
 		rq := dashboard.ReproQuestion{Question: q.Question, Kind: q.Kind, Interval: q.Interval, Reproduced: q.Reproduced,
 			Reason: q.Reason, Claimed: rawText(q.Claimed)}
@@ -479,7 +543,6 @@ func (c *Coordinator) reproView(ctx context.Context, id string) (dashboard.Repro
 		}
 		v.Questions = append(v.Questions, rq)
 	}
-	return v, nil
 }
 
 // rawText is a JSON value as text: a string without its quotes.

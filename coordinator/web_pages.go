@@ -1,7 +1,9 @@
 package coordinator
 
 import (
+	"bytes"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -50,6 +52,7 @@ func (c *Coordinator) webRoutes(mux *http.ServeMux) {
 		}
 		return dashboard.ReproPage{Base: c.base(r, p), Repro: v}, http.StatusOK
 	})
+	mux.HandleFunc("GET /repro/{id}/draft-spec.json", c.serveDraftSpec)
 	page("GET /repro", admin, func(w http.ResponseWriter, r *http.Request, p accounts.Principal) (dashboard.Page, int) {
 		return dashboard.ReprosPage{Base: c.base(r, p), Repros: c.reproViews(r.Context())}, http.StatusOK
 	})
@@ -289,4 +292,30 @@ func (c *Coordinator) attemptPage(w http.ResponseWriter, r *http.Request, p acco
 		pg.Verdict = string(a.Score.Verdict)
 	}
 	return pg, http.StatusOK
+}
+
+// serveDraftSpec serves a draft check's draft spec (a rule per kept value)
+// as a JSON file to download and edit; public, as the check's page is.
+func (c *Coordinator) serveDraftSpec(w http.ResponseWriter, r *http.Request) {
+	v, err := c.reproView(r.Context(), r.PathValue("id"))
+	switch {
+	case errors.Is(err, errNoRepro):
+		writeJSON(w, http.StatusNotFound, apiError{err.Error()})
+		return
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, apiError{err.Error()})
+		return
+	case v.Draft == nil || len(v.Draft.Spec) == 0:
+		writeJSON(w, http.StatusNotFound, apiError{fmt.Sprintf("reproducibility check %s has no draft spec: it is not a finished check without rules", v.ID)})
+		return
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, v.Draft.Spec, "", "  "); err != nil {
+		writeJSON(w, http.StatusInternalServerError, apiError{fmt.Sprintf("reproducibility check %s: draft spec: %v", v.ID, err)})
+		return
+	}
+	buf.WriteByte('\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", v.ID+"-spec.json"))
+	_, _ = w.Write(buf.Bytes())
 }

@@ -30,13 +30,23 @@ type Entry struct {
 	OutputTokens int64    `json:"output_tokens,omitempty"`
 	CPUSeconds   float64  `json:"cpu_seconds,omitempty"`
 	WallSeconds  float64  `json:"wall_seconds,omitempty"`
+	// Grader names the grader (with its version) whose score Value is,
+	// for a family that grades each job several ways ("": its one way).
+	Grader string `json:"grader,omitempty"`
+	// Verification is where replay verification of the run's counted job
+	// stands ("": not model-driven; see docs/verification.md).
+	Verification string `json:"verification,omitempty"`
 }
 
-// Board is one leaderboard: a suite, a variant and one scoring.
+// Board is one leaderboard: a suite, a variant, one scoring and one
+// grader.
 type Board struct {
 	Suite   string `json:"suite"`
 	Variant string `json:"level"`
 	Scoring string `json:"scoring"`
+	// Grader names the grader whose scores the board's numbers are, when
+	// its family grades each job several ways.
+	Grader string `json:"grader,omitempty"`
 	// Rows are sorted by accuracy, best first, then agent and model.
 	Rows []Row `json:"rows"`
 }
@@ -71,16 +81,21 @@ type Row struct {
 	InfraFailed   int     `json:"infra_failed"`
 	Pending       int     `json:"pending"`
 	VerifiedShare float64 `json:"verified_share"`
+	// Sampled counts the validated units of model-driven runs (whose
+	// verification is by replay, docs/verification.md), ReplayVerified
+	// those a replay verified: the others are unverified.
+	Sampled        int `json:"sampled"`
+	ReplayVerified int `json:"replay_verified"`
 	// Pareto: no other row of the board is as cheap and as accurate with
 	// one of the two strictly better (rows with a cost only).
 	Pareto bool `json:"pareto"`
 }
 
-// BuildBoards makes the boards of entries: one per suite, variant and
-// scoring, in the order the entries first name them; one row per agent
+// BuildBoards makes the boards of entries: one per suite, variant,
+// scoring and grader, in the order the entries first name them; one row per agent
 // and model.
 func BuildBoards(entries []Entry) []Board {
-	type boardKey struct{ suite, variant, scoring string }
+	type boardKey struct{ suite, variant, scoring, grader string }
 	type rowKey struct{ agent, model string }
 	type run struct {
 		units, sumTokens int64
@@ -92,7 +107,7 @@ func BuildBoards(entries []Entry) []Board {
 	rows := map[boardKey]map[rowKey]*Row{}
 	runs := map[boardKey]map[rowKey]map[int]*run{}
 	for _, e := range entries {
-		bk := boardKey{e.Suite, e.Variant, e.Scoring}
+		bk := boardKey{e.Suite, e.Variant, e.Scoring, e.Grader}
 		if rows[bk] == nil {
 			order = append(order, bk)
 			rows[bk], runs[bk] = map[rowKey]*Row{}, map[rowKey]map[int]*run{}
@@ -115,6 +130,12 @@ func BuildBoards(entries []Entry) []Board {
 		default:
 			r.Pending++
 		}
+		if e.Status == "validated" && e.Verification != "" {
+			r.Sampled++
+			if e.Verification == VerifyVerified {
+				r.ReplayVerified++
+			}
+		}
 		if e.Status != "validated" || e.Value == nil {
 			continue
 		}
@@ -136,7 +157,7 @@ func BuildBoards(entries []Entry) []Board {
 	}
 	out := make([]Board, 0, len(order))
 	for _, bk := range order {
-		b := Board{Suite: bk.suite, Variant: bk.variant, Scoring: bk.scoring}
+		b := Board{Suite: bk.suite, Variant: bk.variant, Scoring: bk.scoring, Grader: bk.grader}
 		for rk, r := range rows[bk] {
 			nums := slices.Sorted(maps.Keys(runs[bk][rk]))
 			costKnown := len(nums) > 0

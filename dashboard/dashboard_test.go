@@ -236,3 +236,105 @@ func TestFormats(t *testing.T) {
 		t.Errorf("byteCount(1536) = %q", got)
 	}
 }
+
+// TestBoardsVerification: a row counts its validated units of
+// model-driven runs (those with a verification state) and those a replay
+// verified; boards of two graders are never merged, and name theirs.
+func TestBoardsVerification(t *testing.T) {
+	es := sampleEntries()
+	es[0].Verification, es[1].Verification, es[2].Verification = VerifyVerified, VerifyNotDrawn, VerifyVerified
+	es[4].Verification = VerifyVerified // unvalidated: not counted
+	b := BuildBoards(es)
+	var a Row
+	for _, r := range b[0].Rows {
+		if r.Agent == "a" {
+			a = r
+		}
+	}
+	if a.Sampled != 3 || a.ReplayVerified != 2 {
+		t.Fatalf("row a: %d sampled, %d replay-verified; want 3 and 2", a.Sampled, a.ReplayVerified)
+	}
+	for i := range es {
+		if es[i].Agent == "b" {
+			es[i].Grader = "g-two@1"
+		}
+	}
+	b = BuildBoards(es)
+	if len(b) != 3 || b[1].Grader != "g-two@1" || len(b[1].Rows) != 1 || b[1].Rows[0].Agent != "b" || b[0].Grader != "" {
+		t.Fatalf("boards of two graders: %+v", b)
+	}
+}
+
+// TestRenderVerificationDraftGrader: the boards say which grader a board's
+// numbers are and how many sampled runs a replay verified; an attempt says
+// where its verification stands in words (never the core's reason, which
+// names the node's rate, unless given: the admin's) and labels a replay;
+// a draft check shows each value with its file, runs, interval and
+// verdict, and links to its draft spec.
+func TestRenderVerificationDraftGrader(t *testing.T) {
+	site, err := New(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	render := func(p Page) string {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		site.Render(rec, 200, p)
+		if rec.Code != 200 {
+			t.Fatalf("%s: %d", p.template(), rec.Code)
+		}
+		return rec.Body.String()
+	}
+	es := sampleEntries()
+	for i := range es {
+		es[i].Grader = "paperbench-report-failed@1"
+	}
+	es[0].Verification, es[1].Verification = VerifyVerified, VerifyPending
+	body := render(BoardsPage{Boards: BuildBoards(es), Taken: time.Now()})
+	for _, want := range []string{`<span class="grader">graded by paperbench-report-failed@1</span>`, ">1 of 2 replay-verified<", "<th>Cross-checked</th>"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("boards: no %q", want)
+		}
+	}
+	att := Attempt{ID: "ah-1", Suite: "s", Task: "t1", State: "done", Verification: &Verification{State: VerifyVerified, Replays: 2, Benign: 3}}
+	body = render(AttemptPage{Attempt: att})
+	for _, want := range []string{`data-state="verified"`, "verified, with benign differences", "replayed: 2 times", "3 tool output(s) differed harmlessly",
+		"answers bound to the trajectory: yes"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("verified attempt: no %q", want)
+		}
+	}
+	for state, want := range map[string]string{VerifyUnbound: "answers bound to the trajectory: no", VerifyForged: "forged: not counted",
+		VerifyNondeterministic: "unverified: nondeterministic", VerifyReplayFailed: "unverified: replay failed",
+		VerifyNotReplayable: "unverified: not replayable", VerifyPending: "unverified: replay running"} {
+		att.Verification = &Verification{State: state, Reason: "not drawn (node's rate 0.50)"}
+		if body := render(AttemptPage{Attempt: att}); !strings.Contains(body, want) {
+			t.Errorf("%s: no %q", state, want)
+		}
+	}
+	att.Verification.Reason = ""
+	if body := render(AttemptPage{Attempt: att}); strings.Contains(body, "operator:") {
+		t.Error("an attempt without a reason shows the operator's")
+	}
+	rep := Attempt{ID: "ah-2", Kind: KindReplay, ReplayOf: "ah-1", State: "done"}
+	if body := render(AttemptPage{Attempt: rep}); !strings.Contains(body, `replay of <a href="/attempts/ah-1">ah-1</a>`) {
+		t.Errorf("replay page: %s", body)
+	}
+	ev := EvaluationDetail{Evaluation: Evaluation{ID: "ev-1", Progress: Progress{Done: 2, Total: 2, Replays: 1}}, Attempts: []Attempt{att, rep}}
+	body = render(EvaluationPage{Eval: ev})
+	for _, want := range []string{`data-kind="replay"`, `<span class="kind-replay">replay</span>`, "replays ah-1", "+1 replay<"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("evaluation: no %q", want)
+		}
+	}
+	draft := Repro{ID: "rp-1", State: "done", Draft: &ReproDraft{Spec: []byte(`{"rules":[]}`), Values: []ReproDraftValue{
+		{Question: "n", File: "results/a.txt", Values: []string{"7", "8"}, Verdict: "interval", Interval: &Interval{N: 2, Mean: 7.5, Lower: 1, Upper: 14}},
+		{Question: "t", File: "results/a.txt", Values: []string{"2026-01-01", "—"}, Verdict: "missing", Reason: "not in run 2"}}}}
+	body = render(ReproPage{Repro: draft})
+	for _, want := range []string{`href="/repro/rp-1/draft-spec.json"`, "1 of 2 values kept", "<td>7, 8</td>", "[1, 14] (mean 7.5, n=2)",
+		`data-verdict="missing"`, "not in run 2", "results/a.txt"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("draft: no %q", want)
+		}
+	}
+}

@@ -1,8 +1,9 @@
 // Package dashboard owns the web pages a coordinator serves to people: the
 // leaderboards with their cost-accuracy Pareto charts, an agent's per-task
-// results, evaluations with live progress, attempts with their logs,
-// outputs and a readable trajectory, nodes and operators with their
-// credit, reproducibility checks, accounts, and the forms to sign in, push
+// results, evaluations with live progress (replays counted apart),
+// attempts with their logs, outputs, readable trajectory and verification
+// by replay, nodes and operators with their credit, reproducibility checks
+// (with a draft check's values and draft spec), accounts, and the forms to sign in, push
 // an agent and start an evaluation. Pages are rendered on the server from
 // embedded templates, with SVG charts and one embedded style sheet: no
 // script, nothing loaded from elsewhere.
@@ -10,8 +11,8 @@
 // It also owns the views (views.go): what a reader sees of each thing, as
 // plain data, which the coordinator's JSON API serves as they are, and the
 // pure computations over them: boards from leaderboard entries (accuracy
-// mean and min-max over runs, cost, tokens, runtime, verified share, the
-// Pareto frontier), per-task results, credit by node and operator, and
+// mean and min-max over runs, cost, tokens, runtime, cross-checked share,
+// replay-verified units, the grader of the numbers, the Pareto frontier), per-task results, credit by node and operator, and
 // messages read from model call bodies.
 //
 // It renders what it is given and decides nothing about who may see it:

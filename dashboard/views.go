@@ -26,18 +26,24 @@ func (w Who) SignedIn() bool { return w.Scope == "submitter" || w.Scope == "admi
 // Admin reports whether the reader is the operator.
 func (w Who) Admin() bool { return w.Scope == "admin" }
 
-// Progress counts an evaluation's attempts. Pending is every attempt not
-// finished; the admin also sees it split (Detail). Units are its runs'
-// cross-check units; Decided those validated, inconsistent or failed.
+// Progress counts an evaluation's attempts: the agent's own (Pending is
+// every one not finished; the admin also sees it split, Detail), with its
+// replays (verification, docs/verification.md) counted apart. Units are
+// its runs' cross-check units; Decided those validated, inconsistent or
+// failed.
 type Progress struct {
-	Pending   int             `json:"pending"`
-	Done      int             `json:"done"`
-	Failed    int             `json:"failed"`
-	Cancelled int             `json:"cancelled,omitempty"`
-	Total     int             `json:"total"`
-	Units     int             `json:"units"`
-	Decided   int             `json:"decided"`
-	Detail    *ProgressDetail `json:"detail,omitempty"`
+	Pending   int `json:"pending"`
+	Done      int `json:"done"`
+	Failed    int `json:"failed"`
+	Cancelled int `json:"cancelled,omitempty"`
+	Total     int `json:"total"`
+	Units     int `json:"units"`
+	Decided   int `json:"decided"`
+	// Replays counts the replay attempts of its results (cancelled ones
+	// aside), ReplaysPending those not finished.
+	Replays        int             `json:"replays,omitempty"`
+	ReplaysPending int             `json:"replays_pending,omitempty"`
+	Detail         *ProgressDetail `json:"detail,omitempty"`
 }
 
 // ProgressDetail splits pending attempts (admin only: a node could time
@@ -48,8 +54,11 @@ type ProgressDetail struct {
 	Reported int `json:"reported"`
 }
 
-// Finished reports whether every attempt and unit is finished.
-func (p Progress) Finished() bool { return p.Pending == 0 && p.Units == p.Decided }
+// Finished reports whether every attempt (replays too) and unit is
+// finished.
+func (p Progress) Finished() bool {
+	return p.Pending == 0 && p.ReplaysPending == 0 && p.Units == p.Decided
+}
 
 // Evaluation is an evaluation request and how far it is.
 type Evaluation struct {
@@ -97,6 +106,11 @@ type Attempt struct {
 	Group   string `json:"group,omitempty"`
 	Run     int    `json:"run"`
 	Replica int    `json:"replica"`
+	// Kind is "replay" for a replay of another attempt's tools with its
+	// recorded model answers (ReplayOf: that attempt, as the reader names
+	// it); "" for the agent's own attempt.
+	Kind     string `json:"kind,omitempty"`
+	ReplayOf string `json:"replay_of,omitempty"`
 	// State is pending, done, failed or cancelled (the admin sees queued,
 	// assigned and reported instead of pending).
 	State    string    `json:"state"`
@@ -111,6 +125,9 @@ type Attempt struct {
 	Model    *ModelUse `json:"model,omitempty"`
 	Score    *Score    `json:"score,omitempty"`
 	Outputs  []Output  `json:"outputs,omitempty"`
+	// Verification is replay verification's word on its result (a
+	// model-driven attempt's, once scored).
+	Verification *Verification `json:"verification,omitempty"`
 
 	// Admin only.
 	Node          string `json:"node,omitempty"`
@@ -121,6 +138,12 @@ type Attempt struct {
 	Canary        bool   `json:"canary,omitempty"`
 	CanaryOf      string `json:"canary_of,omitempty"`
 }
+
+// IsReplay reports whether the attempt is a replay.
+func (a Attempt) IsReplay() bool { return a.Kind == KindReplay }
+
+// KindReplay is the kind of a replay attempt.
+const KindReplay = "replay"
 
 // IsFinished reports whether the attempt has ended (done, failed or
 // cancelled).
@@ -274,8 +297,49 @@ type Repro struct {
 	Reproducible *bool           `json:"reproducible,omitempty"`
 	FailedRuns   []string        `json:"failed_runs,omitempty"`
 	Questions    []ReproQuestion `json:"questions,omitempty"`
-	Report       json.RawMessage `json:"report,omitempty"`
+	// Draft is a draft check's (a spec without rules): every value found
+	// in the runs' results/ with its verdict.
+	Draft  *ReproDraft     `json:"draft,omitempty"`
+	Report json.RawMessage `json:"report,omitempty"`
 }
+
+// ReproDraft is the draft task entry of a check without rules (package
+// bench/repro's Draft): each value found, and the draft spec (a rule per
+// kept value) the scientist edits and submits.
+type ReproDraft struct {
+	Values []ReproDraftValue `json:"values"`
+	// Spec is the draft spec, as JSON.
+	Spec json.RawMessage `json:"spec"`
+	// Truncated names the files not read in full.
+	Truncated []string `json:"truncated,omitempty"`
+}
+
+// Kept counts the values kept in the draft entry.
+func (d ReproDraft) Kept() int {
+	n := 0
+	for _, v := range d.Values {
+		if v.Kept() {
+			n++
+		}
+	}
+	return n
+}
+
+// ReproDraftValue is one value a draft check found: where (file and
+// question), its text in each run, its verdict (stable, interval,
+// timestamp, wild or missing) and its prediction interval.
+type ReproDraftValue struct {
+	Question string    `json:"question"`
+	File     string    `json:"file"`
+	Values   []string  `json:"values"`
+	Verdict  string    `json:"verdict"`
+	Interval *Interval `json:"interval,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+}
+
+// Kept reports whether the value is in the draft entry (stable, or an
+// interval).
+func (v ReproDraftValue) Kept() bool { return v.Verdict == "stable" || v.Verdict == "interval" }
 
 // ReproQuestion is one question of a check: its value in each run, its
 // prediction interval, and whether it reproduced.

@@ -325,6 +325,25 @@ func (s *Suite) Scorer() string {
 	return fmt.Sprintf("heureka mcq %s, %s; oeq %s, %s judged by %s (%s)", g[0], g[1], o[0], o[1], s.cfg.Judge.Model, PromptVersion)
 }
 
+// ValueGrader names the grader whose score a job's value is
+// (bench.ValueGrader): an MCQ job's is exact under the trimmed grader (the
+// last of MCQGraders), an OEQ job's the first OEQ scorer's; "" for a
+// scoring of no one kind.
+func (s *Suite) ValueGrader(scoring json.RawMessage) string {
+	var sc Scoring
+	if json.Unmarshal(scoring, &sc) != nil {
+		return ""
+	}
+	switch sc.Kind {
+	case KindMCQ:
+		g := heureka.MCQGraders()
+		return string(g[len(g)-1])
+	case KindOEQ:
+		return string(heureka.OEQScorers()[0])
+	}
+	return ""
+}
+
 // Scoring is the scoring as entries carry it.
 func (s *Suite) Scoring() json.RawMessage {
 	b, _ := json.Marshal(s.scoring(""))

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -241,6 +242,13 @@ func TestScoreMCQ(t *testing.T) {
 		if sc.Comparable.Grading == nil || len(sc.Comparable.Grading.Checks) != 2 {
 			t.Fatalf("comparable %+v", sc.Comparable)
 		}
+		// The value is the score under the grader ValueGrader names (the
+		// dashboard shows it beside the number).
+		g := s.ValueGrader(sc.Scoring)
+		i := slices.IndexFunc(p.MCQ, func(m family.MCQPublic) bool { return string(m.Grader) == g })
+		if i < 0 || p.MCQ[i].Exact != (sc.Value == 1) {
+			t.Fatalf("value %v is not the score under ValueGrader's %q: %+v", sc.Value, g, p.MCQ)
+		}
 		return p
 	}
 	p := score([]byte("First <solution>A</solution>, then <solution>B, D</solution>"))
@@ -270,7 +278,13 @@ func TestScoreOEQ(t *testing.T) {
 		if err != nil {
 			return family.Public{}, err
 		}
-		return publicOf(t, sc), nil
+		p := publicOf(t, sc)
+		g := s.ValueGrader(sc.Scoring)
+		i := slices.IndexFunc(p.OEQ, func(o family.OEQPublic) bool { return string(o.Scorer) == g })
+		if i < 0 || !near(sc.Value, (p.OEQ[i].Score-1)/4) {
+			t.Fatalf("value %v is not the score under ValueGrader's %q: %+v", sc.Value, g, p.OEQ)
+		}
+		return p, nil
 	}
 	p, err := score("oeq-paperT-insight1", []byte("<solution>ADRN-calcium rises</solution>"), sim)
 	if err != nil {

@@ -276,6 +276,11 @@ func (s *Suite) scoring() Scoring {
 		Prompt: PromptVersion, Monitor: MonitorVersion, Reproduce: ReproduceVersion}
 }
 
+// ValueGrader names the grader whose score a job's value is
+// (bench.ValueGrader): GraderReportFailed's (Verdict.value), whatever the
+// scoring.
+func (s *Suite) ValueGrader(json.RawMessage) string { return string(paperbench.GraderReportFailed) }
+
 // Scorer names the judges and versions in one line.
 func (s *Suite) Scorer() string { return s.scoring().String() }
 

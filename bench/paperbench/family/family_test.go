@@ -416,6 +416,12 @@ func TestScoreReproduction(t *testing.T) {
 	if rf != 0.875 || sz != 19.0/24 || !near(sc.Value, rf) {
 		t.Fatalf("hand-computed %v %v, value %v", rf, sz, sc.Value)
 	}
+	// The value is the score under the grader ValueGrader names (the
+	// dashboard shows it beside the number): report-failed's, not
+	// silent-zero's.
+	if g := s.ValueGrader(sc.Scoring); g != string(pub.Scores[0].Grader) {
+		t.Fatalf("ValueGrader %q, want %q (value %v)", g, pub.Scores[0].Grader, sc.Value)
+	}
 	rp := pub.Reproduction
 	if rp == nil || rp.ExitCode == nil || *rp.ExitCode != 0 || !rp.Executed || rp.Changed != 2 || rp.Dropped != 1 || rp.Outcome != "ok" {
 		t.Fatalf("reproduction %+v", rp)
