@@ -440,7 +440,11 @@ func progressLine(p dashboard.Progress, width int) string {
 	if p.Failed > 0 {
 		s += fmt.Sprintf(", %d failed", p.Failed)
 	}
-	return s + fmt.Sprintf(", %d/%d runs decided", p.Decided, p.Units)
+	s += fmt.Sprintf(", %d/%d runs decided", p.Decided, p.Units)
+	if p.Replays > 0 {
+		s += fmt.Sprintf(" (+%d replays, %d pending)", p.Replays, p.ReplaysPending)
+	}
+	return s
 }
 
 // writeEvalResults prints an evaluation's boards and per-task results.

@@ -194,6 +194,9 @@ func TestEvalResultsText(t *testing.T) {
 	if got := progressLine(dashboard.Progress{Done: 2, Failed: 1, Total: 4, Units: 2, Decided: 1}, 8); got != "[######..] 2/4 attempts done, 1 failed, 1/2 runs decided" {
 		t.Errorf("progress line %q", got)
 	}
+	if got := progressLine(dashboard.Progress{Done: 2, Total: 2, Units: 2, Decided: 2, Replays: 3, ReplaysPending: 1}, 0); got != "2/2 attempts done, 2/2 runs decided (+3 replays, 1 pending)" {
+		t.Errorf("progress line with replays %q", got)
+	}
 }
 
 // TestNodeStatusCommand: repronet node status reads a node's /status and
