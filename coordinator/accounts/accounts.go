@@ -19,7 +19,6 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -28,8 +27,8 @@ import (
 	"time"
 
 	"github.com/ipfs/go-datastore"
-	"github.com/ipfs/go-datastore/query"
 
+	"github.com/repronet/repronet/internal/dsjson"
 	"github.com/repronet/repronet/proto"
 )
 
@@ -183,49 +182,19 @@ func Open(ctx context.Context, ds datastore.Batching) (*Store, error) {
 	s := &Store{ds: ds, now: time.Now, groups: map[string]Group{}, submitters: map[string]Submitter{},
 		tokens: map[string]Token{}, agents: map[string]ownership{}}
 	err := errors.Join(
-		load(ctx, ds, groupsKey, func(g Group) { s.groups[g.Name] = g }),
-		load(ctx, ds, submittersKey, func(x Submitter) { s.submitters[x.Name] = x }),
-		load(ctx, ds, tokensKey, func(t Token) { s.tokens[t.ID] = t }),
-		load(ctx, ds, agentsKey, func(o ownership) { s.agents[o.Agent] = o }))
+		dsjson.Load(ctx, ds, groupsKey, func(g Group) { s.groups[g.Name] = g }),
+		dsjson.Load(ctx, ds, submittersKey, func(x Submitter) { s.submitters[x.Name] = x }),
+		dsjson.Load(ctx, ds, tokensKey, func(t Token) { s.tokens[t.ID] = t }),
+		dsjson.Load(ctx, ds, agentsKey, func(o ownership) { s.agents[o.Agent] = o }))
 	if err != nil {
 		return nil, fmt.Errorf("accounts: %w", err)
 	}
 	return s, nil
 }
 
-// load decodes every record under prefix into each.
-func load[T any](ctx context.Context, ds datastore.Batching, prefix datastore.Key, each func(T)) error {
-	res, err := ds.Query(ctx, query.Query{Prefix: prefix.String() + "/"})
-	if err != nil {
-		return fmt.Errorf("query %s: %w", prefix, err)
-	}
-	defer res.Close()
-	for e := range res.Next() {
-		if e.Error != nil {
-			return fmt.Errorf("query %s: %w", prefix, e.Error)
-		}
-		var v T
-		if err := json.Unmarshal(e.Value, &v); err != nil {
-			return fmt.Errorf("decode %s: %w", e.Key, err)
-		}
-		each(v)
-	}
-	return nil
-}
-
 // put writes v under k and syncs it; callers hold s.mu.
 func (s *Store) put(ctx context.Context, k datastore.Key, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", k, err)
-	}
-	if err := s.ds.Put(ctx, k, b); err != nil {
-		return fmt.Errorf("store %s: %w", k, err)
-	}
-	if err := s.ds.Sync(ctx, k); err != nil {
-		return fmt.Errorf("sync %s: %w", k, err)
-	}
-	return nil
+	return dsjson.Put(ctx, s.ds, k, v)
 }
 
 // CreateGroup adds a group. maxPending bounds its unfinished attempts (0:

@@ -13,7 +13,6 @@ package catalog
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -21,10 +20,10 @@ import (
 	"sync"
 
 	"github.com/ipfs/go-datastore"
-	"github.com/ipfs/go-datastore/query"
 
 	"github.com/repronet/repronet/bench"
 	"github.com/repronet/repronet/coordinator/core"
+	"github.com/repronet/repronet/internal/dsjson"
 	"github.com/repronet/repronet/proto"
 )
 
@@ -112,9 +111,13 @@ func Open(ctx context.Context, ds datastore.Batching, families *bench.Registry, 
 	}
 	c := &Catalog{ds: ds, families: families, defaults: defaults, suites: map[string]*opened{},
 		content: map[string]Content{}, agents: map[string]Agent{}}
-	suites, err := loadAll[Suite](ctx, ds, suitesKey)
+	var suites []Suite
+	err := errors.Join(
+		dsjson.Load(ctx, ds, suitesKey, func(s Suite) { suites = append(suites, s) }),
+		dsjson.Load(ctx, ds, contentKey, func(x Content) { c.content[x.ID] = x }),
+		dsjson.Load(ctx, ds, agentsKey, func(a Agent) { c.agents[a.Name] = a }))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("catalog: %w", err)
 	}
 	for _, s := range suites {
 		o, err := c.open(s)
@@ -122,20 +125,6 @@ func Open(ctx context.Context, ds datastore.Batching, families *bench.Registry, 
 			return nil, fmt.Errorf("catalog: stored suite %q: %w", s.Name, err)
 		}
 		c.suites[s.Name] = o
-	}
-	content, err := loadAll[Content](ctx, ds, contentKey)
-	if err != nil {
-		return nil, err
-	}
-	for _, x := range content {
-		c.content[x.ID] = x
-	}
-	agents, err := loadAll[Agent](ctx, ds, agentsKey)
-	if err != nil {
-		return nil, err
-	}
-	for _, a := range agents {
-		c.agents[a.Name] = a
 	}
 	return c, nil
 }
@@ -318,35 +307,5 @@ var _ core.Catalog = (*Catalog)(nil)
 
 // put writes v under k and syncs it; callers hold c.mu.
 func (c *Catalog) put(ctx context.Context, k datastore.Key, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", k, err)
-	}
-	if err := c.ds.Put(ctx, k, b); err != nil {
-		return fmt.Errorf("store %s: %w", k, err)
-	}
-	if err := c.ds.Sync(ctx, k); err != nil {
-		return fmt.Errorf("sync %s: %w", k, err)
-	}
-	return nil
-}
-
-func loadAll[T any](ctx context.Context, ds datastore.Batching, prefix datastore.Key) ([]T, error) {
-	res, err := ds.Query(ctx, query.Query{Prefix: prefix.String()})
-	if err != nil {
-		return nil, fmt.Errorf("catalog: query %s: %w", prefix, err)
-	}
-	defer res.Close()
-	var out []T
-	for e := range res.Next() {
-		if e.Error != nil {
-			return nil, fmt.Errorf("catalog: query %s: %w", prefix, e.Error)
-		}
-		var v T
-		if err := json.Unmarshal(e.Value, &v); err != nil {
-			return nil, fmt.Errorf("catalog: decode %s: %w", e.Key, err)
-		}
-		out = append(out, v)
-	}
-	return out, nil
+	return dsjson.Put(ctx, c.ds, k, v)
 }
