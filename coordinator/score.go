@@ -159,9 +159,8 @@ func (c *Coordinator) scoreAgent(ctx context.Context, job core.Job) (string, ben
 
 // scorerTrajectory gives a scorer of attempt a the model calls of the
 // counted job of a stage of its unit (nil without a gateway): a's own for
-// its stage, else the validated replica of that earlier stage's work
-// (named as the core names a stage's work: the pipeline's ID for its
-// first stage, "<pipeline>/<stage>" after).
+// its stage, else the counted job of that earlier stage
+// (core.State.CountedJob).
 func (c *Coordinator) scorerTrajectory(a core.Attempt) func(context.Context, string) ([]bench.ModelCall, error) {
 	if c.models == nil {
 		return nil
@@ -170,8 +169,11 @@ func (c *Coordinator) scorerTrajectory(a core.Attempt) func(context.Context, str
 		id := a.ID
 		if stage != a.Stage {
 			var err error
-			if id, err = c.countedJob(a, stage); err != nil {
-				return nil, err
+			c.mu.Lock()
+			id, err = c.state.CountedJob(a.Pipe, stage)
+			c.mu.Unlock()
+			if err != nil {
+				return nil, fmt.Errorf("attempt %s: %w", a.ID, err)
 			}
 		}
 		calls, err := c.Trajectory(ctx, id)
@@ -184,29 +186,4 @@ func (c *Coordinator) scorerTrajectory(a core.Attempt) func(context.Context, str
 		}
 		return out, nil
 	}
-}
-
-// countedJob is the validated job of stage in a's pipeline.
-func (c *Coordinator) countedJob(a core.Attempt, stage string) (string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p := c.state.Pipelines[a.Pipe]
-	if p == nil {
-		return "", fmt.Errorf("attempt %s has no pipeline: no stage %q", a.ID, stage)
-	}
-	for i, st := range p.Stages {
-		if st.Name != stage {
-			continue
-		}
-		work := p.ID
-		if i > 0 {
-			work = p.ID + "/" + st.Name
-		}
-		w := c.state.Book.Attempts[work]
-		if w == nil || w.Decision.Canonical < 0 || w.Decision.Canonical >= len(w.Replicas) {
-			return "", fmt.Errorf("stage %s of %s has no counted job", stage, p.ID)
-		}
-		return w.Replicas[w.Decision.Canonical].Job, nil
-	}
-	return "", fmt.Errorf("pipeline %s has no stage %q", p.ID, stage)
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"cmp"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -294,6 +295,27 @@ func (s *State) entry(t *Attempt, scoring json.RawMessage, model string) bench.E
 		}
 	}
 	return e
+}
+
+// CountedJob is the job whose result counts for stage of pipeline pipe:
+// the canonical replica of that stage's work. The error says what is
+// missing (no such pipeline or stage, no counted job yet).
+func (s *State) CountedJob(pipe, stage string) (string, error) {
+	p := s.Pipelines[pipe]
+	if p == nil {
+		return "", fmt.Errorf("no pipeline %q: no stage %q", pipe, stage)
+	}
+	for i, st := range p.Stages {
+		if st.Name != stage {
+			continue
+		}
+		w := s.Book.Attempts[workID(p.ID, i, st.Name)]
+		if w == nil || w.Decision.Canonical < 0 || w.Decision.Canonical >= len(w.Replicas) {
+			return "", fmt.Errorf("stage %s of %s has no counted job", stage, p.ID)
+		}
+		return w.Replicas[w.Decision.Canonical].Job, nil
+	}
+	return "", fmt.Errorf("pipeline %s has no stage %q", p.ID, stage)
 }
 
 // canonical is the attempt whose result counts for a validated unit.

@@ -559,6 +559,14 @@ func TestStepStages(t *testing.T) {
 	if next == nil || next.Unit != first.Unit+"/reproduce" || !slices.Contains(next.Avoid, o.Node) {
 		t.Fatalf("reproduce stage: %+v", next)
 	}
+	if id, err := h.s.CountedJob(first.Pipe, "rollout"); err != nil || id != first.ID {
+		t.Fatalf("counted job of the rollout: %q, %v; want %s", id, err, first.ID)
+	}
+	for _, stage := range []string{"reproduce", "nosuch"} {
+		if id, err := h.s.CountedJob(first.Pipe, stage); err == nil {
+			t.Fatalf("counted job of stage %s before it ran: %q", stage, id)
+		}
+	}
 	if w := h.s.Book.Attempts[next.Unit].Work; w.ImageCID != "bafyplain" {
 		t.Errorf("the stage's work checks image %q, want its own image's", w.ImageCID)
 	}
