@@ -6,12 +6,17 @@ export CGO_ENABLED := 0
 GO ?= go
 BIN := bin/repronet
 
-.PHONY: all setup build demo test vet fmt proto bench clean
+.PHONY: all setup fixtures build demo test vet fmt proto bench clean
 
 all: build
 
 setup:
 	@./scripts/setup.sh
+
+# What the tests need from Debian's mirror, made once and kept in
+# /var/lib/repronet/test-images: the tests themselves reach only loopback.
+fixtures: setup
+	$(GO) run ./internal/fixtures/prepare
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/repronet
@@ -20,7 +25,7 @@ build:
 demo: setup build
 	$(BIN) demo
 
-test: setup
+test: setup fixtures
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
 	$(GO) vet ./...
 	$(GO) test -timeout 30m -count=1 ./...
@@ -30,7 +35,8 @@ proto:
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	protoc --go_out=. --go_opt=paths=source_relative proto/repronet.proto
 
-bench:
+bench: setup
+	$(GO) run ./internal/fixtures/prepare -bench
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
 clean:

@@ -21,8 +21,8 @@ import (
 	"github.com/repronet/repronet/coordinator"
 	"github.com/repronet/repronet/coordinator/core"
 	"github.com/repronet/repronet/gateway"
-	"github.com/repronet/repronet/internal/debimage"
 	"github.com/repronet/repronet/internal/demo"
+	"github.com/repronet/repronet/internal/fixtures"
 	"github.com/repronet/repronet/internal/halcheck"
 	"github.com/repronet/repronet/internal/modelsim"
 )
@@ -54,10 +54,10 @@ func TestHALAgentThroughGateway(t *testing.T) {
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	// The adapter's image (the Debian base is made once and cached).
+	// The adapter's image, from the Debian base the fixtures made.
 	tarball := filepath.Join(t.TempDir(), "hal-example.oci.tar")
 	start := time.Now()
-	if err := halagent.Image(ctx, debimage.Builder{}, tarball, "example", halagent.Example(), ""); err != nil {
+	if err := halagent.Image(ctx, fixtures.Builder(), tarball, "example", halagent.Example(), ""); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("adapter image built in %v", time.Since(start).Round(time.Millisecond))

@@ -34,7 +34,7 @@ func TestBuildEnvironment(t *testing.T) {
 	base := debianImage(t)
 	repo := t.TempDir()
 	deb := makeDeb(t, t.TempDir(), "repronet-hello", "1.0", map[string]string{"usr/bin/repronet-hello": "#!/bin/sh\necho hello from deb\n"})
-	writeDebRepo(t, repo, []string{deb})
+	writeDebRepo(t, repo, []string{deb}, nil)
 	whlName, whl := makeWheel(t, "hello-repronet", "1.0", "hello_repronet", map[string][]byte{"__init__.py": []byte("GREETING = 'hello from wheel'\n")})
 	writeSimpleIndex(t, repo, map[string]map[string][]byte{"hello-repronet": {whlName: whl}})
 	m := serveMirror(t, repo, 0, 0)

@@ -48,7 +48,7 @@ func TestInstallThroughProxy(t *testing.T) {
 	image := debianImage(t)
 	repo := t.TempDir()
 	deb := makeDeb(t, t.TempDir(), "repronet-hello", "1.0", map[string]string{"usr/bin/repronet-hello": "#!/bin/sh\necho hello from deb\n"})
-	writeDebRepo(t, repo, []string{deb})
+	writeDebRepo(t, repo, []string{deb}, nil)
 	whlName, whl := makeWheel(t, "hello-repronet", "1.0", "hello_repronet", map[string][]byte{"__init__.py": []byte("GREETING = 'hello from wheel'\n")})
 	writeSimpleIndex(t, repo, map[string]map[string][]byte{"hello-repronet": {whlName: whl}})
 	m := serveMirror(t, repo, 0, 0)
@@ -74,10 +74,13 @@ func TestInstallThroughProxy(t *testing.T) {
 		}
 		t.Logf("attempt %d: %v (cache %+v)", i, time.Since(start), cache.Stats())
 	}
-	if d, w := m.count(".deb"), m.count(".whl"); d != 1 || w != 1 {
-		t.Fatalf("the mirror served the .deb %d times and the wheel %d times; want once each", d, w)
+	// apt fetches Packages.gz by hash (the mirror says Acquire-By-Hash):
+	// the second apt-get update gets it from the cache too.
+	if d, w, i := m.count(".deb"), m.count(".whl"), m.countIn("/by-hash/SHA256/"); d != 1 || w != 1 || i != 1 || m.count("/Packages.gz") != 0 {
+		t.Fatalf("the mirror served the .deb %d times, the wheel %d times, the index by hash %d times and by name %d; want once each, by hash",
+			d, w, i, m.count("/Packages.gz"))
 	}
-	if st := cache.Stats(); st.Stored != 2 || st.Verified != 2 || st.Hits != 2 || st.Mismatches != 0 {
-		t.Fatalf("cache %+v; want 2 stored and verified, 2 hits", st)
+	if st := cache.Stats(); st.Stored != 3 || st.Verified != 3 || st.Hits != 3 || st.Mismatches != 0 {
+		t.Fatalf("cache %+v; want 3 stored and verified (the index by hash, the .deb, the wheel), 3 hits", st)
 	}
 }

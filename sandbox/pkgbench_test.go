@@ -1,18 +1,18 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/repronet/repronet/internal/fixtures"
 )
 
 var (
@@ -20,8 +20,10 @@ var (
 		"bytes per second per connection of the stand-in mirror in BenchmarkPackageCache")
 	mirrorDelay = flag.Duration("sandbox.mirror-delay", 50*time.Millisecond,
 		"delay before each response of the stand-in mirror in BenchmarkPackageCache")
-	benchDebs = flag.String("sandbox.bench-debs", "python3-numpy,python3-scipy,python3-pandas",
-		"Debian packages BenchmarkPackageCache installs (with what they depend on)")
+	benchDebs = flag.String("sandbox.bench-debs", strings.Join(fixtures.BenchPackageSets[0], ","),
+		"Debian packages BenchmarkPackageCache installs (with what they depend on; one of internal/fixtures.BenchPackageSets)")
+	benchIndex = flag.Bool("sandbox.bench-full-index", true,
+		"the stand-in mirror's index lists the rest of Debian's bookworm main as well, as a real mirror's does (about 9 MB gzipped)")
 	benchWheels = flag.Int("sandbox.bench-wheels", 3, "10 MB wheels BenchmarkPackageCache installs with pip")
 )
 
@@ -40,17 +42,29 @@ var (
 //	mirror-MB-cold, mirror-MB-warm  bytes the mirror sent for each
 //	download-MB     package bytes the cache stored
 //
-// The Debian packages are downloaded once from the Debian mirror into
-// /var/lib/repronet/test-images/bench-debs (resolved against the image's
-// installed packages); everything else is local.
+// The Debian packages, and Debian's index of bookworm main, are fixtures
+// (go run ./internal/fixtures/prepare -bench, which make bench runs); with
+// -sandbox.bench-full-index (the default) the stand-in mirror's index also
+// lists the rest of bookworm main, so that apt-get update fetches and reads
+// an index as long as a real mirror's (apt fetches it by hash, and the
+// warm attempt gets it from the cache).
 //
 // Run with: go test -run '^$' -bench PackageCache -benchtime 1x ./sandbox/
 func BenchmarkPackageCache(b *testing.B) {
 	image := debianImage(b)
 	names := strings.Split(*benchDebs, ",")
-	debs := benchDebFiles(b, image, names)
+	debs, index, err := fixtures.BenchDebs(names)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var rest []byte
+	if *benchIndex {
+		if rest, err = otherPackages(index, debs); err != nil {
+			b.Fatal(err)
+		}
+	}
 	repo := b.TempDir()
-	writeDebRepo(b, repo, debs)
+	writeDebRepo(b, repo, debs, rest)
 	rng := rand.New(rand.NewPCG(1, 2))
 	wheels := map[string]map[string][]byte{}
 	var projects []string
@@ -131,58 +145,26 @@ func (m *mirror) sent() int64 {
 	return m.bytes
 }
 
-// benchDebFiles returns the .deb files of names and of what they depend on
-// that the image lacks, downloading them with the host's apt once
-// (resolved against the image's dpkg status) into the test images folder.
-func benchDebFiles(b *testing.B, image string, names []string) []string {
-	b.Helper()
-	sum := sha256.Sum256([]byte(strings.Join(names, ",")))
-	dir := filepath.Join(testImagesDir, "bench-debs", hex.EncodeToString(sum[:6]))
-	if debs, _ := filepath.Glob(filepath.Join(dir, "*.deb")); len(debs) > 0 {
-		return debs
+// otherPackages returns the stanzas of the Debian index at path whose
+// packages are not among debs (named name_version_arch.deb).
+func otherPackages(path string, debs []string) ([]byte, error) {
+	have := map[string]bool{}
+	for _, d := range debs {
+		name, _, _ := strings.Cut(filepath.Base(d), "_")
+		have[name] = true
 	}
-	res, err := testRunner.Run(context.Background(), Spec{ID: "bench-dpkg-status", Image: image,
-		Args: []string{"cat", "/var/lib/dpkg/status"}, Limits: Limits{OutputBytes: 16 << 20}})
-	if err != nil || res.Outcome != OutcomeOK || res.StdoutTruncated {
-		b.Fatalf("read the image's dpkg status: %v %s %q", err, res.Outcome, res.Stderr)
+	index, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
 	}
-	tmp := dir + ".tmp"
-	if err := os.RemoveAll(tmp); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(tmp, "partial"), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	status := filepath.Join(tmp, "status")
-	if err := os.WriteFile(status, res.Stdout, 0o644); err != nil {
-		b.Fatal(err)
-	}
-	args := append([]string{"install", "--download-only", "-y", "-q", "--no-install-recommends",
-		"-o", "Dir::State::status=" + status, "-o", "Dir::Cache::archives=" + tmp,
-		"-o", "Dir::Cache::pkgcache=", "-o", "Dir::Cache::srcpkgcache=", "-o", "Debug::NoLocking=1"}, names...)
-	download := func() ([]byte, error) {
-		cmd := exec.Command("apt-get", args...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		return cmd.CombinedOutput()
-	}
-	if out, err := download(); err != nil {
-		b.Logf("apt-get download failed (%v: %s); updating the host's lists and retrying", err, lastLines(out, 5))
-		if out, err := exec.Command("apt-get", "update", "-q").CombinedOutput(); err != nil {
-			b.Fatalf("apt-get update: %v: %s", err, lastLines(out, 10))
+	var out bytes.Buffer
+	for _, stanza := range bytes.Split(index, []byte("\n\n")) {
+		name, _, _ := bytes.Cut(bytes.TrimPrefix(stanza, []byte("Package: ")), []byte("\n"))
+		if len(bytes.TrimSpace(stanza)) == 0 || have[string(name)] {
+			continue
 		}
-		if out, err := download(); err != nil {
-			b.Fatalf("apt-get download: %v: %s", err, lastLines(out, 10))
-		}
+		out.Write(bytes.TrimSpace(stanza))
+		out.WriteString("\n\n")
 	}
-	os.Remove(status)
-	os.RemoveAll(filepath.Join(tmp, "partial"))
-	os.Remove(filepath.Join(tmp, "lock"))
-	if err := os.Rename(tmp, dir); err != nil {
-		b.Fatal(err)
-	}
-	debs, _ := filepath.Glob(filepath.Join(dir, "*.deb"))
-	if len(debs) == 0 {
-		b.Fatalf("no packages downloaded for %v", names)
-	}
-	return debs
+	return out.Bytes(), nil
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/repronet/repronet/internal/debimage"
+	"github.com/repronet/repronet/internal/fixtures"
 	"github.com/repronet/repronet/sandbox/egress"
 	"github.com/repronet/repronet/sandbox/ociimage"
 	"github.com/repronet/repronet/sandbox/pkgcache"
@@ -34,18 +35,14 @@ import (
 // reach it; the attempt reaches it only through the proxy), under the
 // names deb.test and pypi.test.
 
-// Debian image with apt and pip, made once by debootstrap from the Debian
-// mirror and kept on disk between test runs.
-const (
-	debianImageRef = "repronet.local/test/debian-pip:1"
-	testImagesDir  = "/var/lib/repronet/test-images"
-	debianMirror   = "http://deb.debian.org/debian"
-)
+// debianImageRef is the Debian image with apt and pip, packed from the
+// root file system internal/fixtures made and kept on disk between runs.
+const debianImageRef = "repronet.local/test/debian-pip:1"
 
-// debianImage returns the Debian 12 image (minbase, python3-pip), building
-// and importing it if needed: debootstrap takes about 80 s, the tarball
-// about 10 s; afterwards it is imported from the tarball on disk, or
-// found in the daemon.
+// debianImage returns the Debian 12 image (minbase, python3-pip), packing
+// it from the fixtures' root file system (made beforehand by
+// internal/fixtures: the test reaches no mirror) if needed, and importing
+// it from the tarball on disk, or finding it in the daemon.
 func debianImage(t testing.TB) string {
 	t.Helper()
 	ctx := context.Background()
@@ -54,13 +51,19 @@ func debianImage(t testing.TB) string {
 	} else if ok {
 		return debianImageRef
 	}
-	tarball := filepath.Join(testImagesDir, "debian-pip.oci.tar")
+	tarball := filepath.Join(fixtures.Dir, "debian-pip.oci.tar")
 	if _, err := os.Stat(tarball); err != nil {
 		start := time.Now()
-		if err := buildDebianImage(ctx, tarball); err != nil {
+		err := fixtures.Builder().Build(ctx, tarball, debimage.Spec{
+			Ref: debianImageRef, Packages: fixtures.SandboxPackages,
+			Config: ociimage.Config{
+				Cmd: []string{"/bin/bash"},
+				Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"},
+			}})
+		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("built %s in %v", tarball, time.Since(start))
+		t.Logf("packed %s in %v", tarball, time.Since(start))
 	}
 	f, err := os.Open(tarball)
 	if err != nil {
@@ -74,20 +77,6 @@ func debianImage(t testing.TB) string {
 	}
 	t.Logf("imported %s in %v", ref, time.Since(start))
 	return ref
-}
-
-func buildDebianImage(ctx context.Context, tarball string) error {
-	if _, err := lookPath("debootstrap"); err != nil {
-		if err := aptInstall(ctx, slog.New(slog.DiscardHandler), "debootstrap"); err != nil {
-			return err
-		}
-	}
-	return debimage.Builder{CacheDir: testImagesDir, Mirror: debianMirror}.Build(ctx, tarball, debimage.Spec{
-		Ref: debianImageRef, Packages: []string{"python3-pip"},
-		Config: ociimage.Config{
-			Cmd: []string{"/bin/bash"},
-			Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"},
-		}})
 }
 
 func sha256Hex(b []byte) string {
@@ -129,8 +118,12 @@ func makeDeb(t testing.TB, dir, name, version string, files map[string]string) s
 
 // writeDebRepo puts debs into root/debian/pool and writes the suite
 // "test" (component main, amd64 and all) with Packages, Packages.gz and
-// Release, whose SHA256 fields apt checks and the package cache reads.
-func writeDebRepo(t testing.TB, root string, debs []string) {
+// Release, whose SHA256 fields apt checks and the package cache reads. Like
+// Debian's mirrors, it also publishes the indexes by hash (by-hash/SHA256/)
+// and says so in Release (Acquire-By-Hash), so apt fetches them by hash.
+// rest, when not empty, is more of the index (stanzas of packages the
+// repository lists but does not hold), as a real mirror's is long.
+func writeDebRepo(t testing.TB, root string, debs []string, rest []byte) {
 	t.Helper()
 	var packages bytes.Buffer
 	sort.Strings(debs)
@@ -166,6 +159,7 @@ func writeDebRepo(t testing.TB, root string, debs []string) {
 		packages.Write(bytes.TrimRight(ctl, "\n"))
 		fmt.Fprintf(&packages, "\nFilename: %s\nSize: %d\nSHA256: %s\n\n", rel, len(data), sha256Hex(data))
 	}
+	packages.Write(rest)
 	dists := filepath.Join(root, "debian", "dists", "test")
 	bin := filepath.Join(dists, "main", "binary-amd64")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
@@ -176,10 +170,15 @@ func writeDebRepo(t testing.TB, root string, debs []string) {
 	zw.Write(packages.Bytes())
 	zw.Close()
 	release := "Origin: repronet-test\nLabel: repronet-test\nSuite: test\nCodename: test\nArchitectures: amd64 all\nComponents: main\n" +
-		"Date: " + time.Now().UTC().Format(time.RFC1123) + "\nSHA256:\n"
+		"Acquire-By-Hash: yes\nDate: " + time.Now().UTC().Format(time.RFC1123) + "\nSHA256:\n"
+	if err := os.MkdirAll(filepath.Join(bin, "by-hash", "SHA256"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for name, b := range map[string][]byte{"Packages": packages.Bytes(), "Packages.gz": gz.Bytes()} {
-		if err := os.WriteFile(filepath.Join(bin, name), b, 0o644); err != nil {
-			t.Fatal(err)
+		for _, p := range []string{name, filepath.Join("by-hash", "SHA256", sha256Hex(b))} {
+			if err := os.WriteFile(filepath.Join(bin, p), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 		release += fmt.Sprintf(" %s %d main/binary-amd64/%s\n", sha256Hex(b), len(b), name)
 	}
@@ -296,12 +295,22 @@ func serveMirror(t testing.TB, root string, rate int64, delay time.Duration) *mi
 	return m
 }
 
+// count is how many requests the mirror had for paths ending in suffix.
 func (m *mirror) count(suffix string) int {
+	return m.countWhere(func(p string) bool { return strings.HasSuffix(p, suffix) })
+}
+
+// countIn is how many requests the mirror had for paths containing part.
+func (m *mirror) countIn(part string) int {
+	return m.countWhere(func(p string) bool { return strings.Contains(p, part) })
+}
+
+func (m *mirror) countWhere(match func(path string) bool) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0
 	for p, c := range m.hits {
-		if strings.HasSuffix(p, suffix) {
+		if match(p) {
 			n += c
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -59,7 +60,16 @@ type Builder struct {
 	CacheDir string
 	// Mirror is the Debian mirror ("": DefaultMirror).
 	Mirror string
+	// Offline refuses to make a root file system that is not in the
+	// cache (ErrNotCached) instead of reaching the mirror: tests build
+	// with it, so that they send nothing beyond loopback (the fixtures
+	// are made beforehand, by internal/fixtures).
+	Offline bool
 }
+
+// ErrNotCached is returned by an Offline Builder asked for a root file
+// system it does not hold.
+var ErrNotCached = errors.New("root file system not made yet")
 
 // Build writes the image tarball of spec to tarball (through a temporary
 // file renamed into place).
@@ -164,6 +174,10 @@ func (b Builder) Rootfs(ctx context.Context, packages []string) (string, error) 
 	defer release()
 	if _, err := os.Stat(filepath.Join(dir, "etc", "debian_version")); err == nil {
 		return dir, nil
+	}
+	if b.Offline {
+		return "", fmt.Errorf("debimage: %s with %v: %w (make it first: go run ./internal/fixtures/prepare, which make test runs)",
+			dir, pkgs, ErrNotCached)
 	}
 	if _, err := exec.LookPath("debootstrap"); err != nil {
 		if _, serr := os.Stat("/usr/sbin/debootstrap"); serr != nil {

@@ -16,16 +16,16 @@ import (
 )
 
 // TestBuild builds an image with python3 and a file of ours from the
-// cached root file system (made by debootstrap the first time: it needs
-// root and the Debian mirror): the layer holds the file and Debian's
-// python3, and the cached tree is not changed by the file added.
+// cached root file system (made beforehand by internal/fixtures: the test
+// reaches no mirror): the layer holds the file and Debian's python3, and
+// the cached tree is not changed by the file added.
 func TestBuild(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: debootstrap")
+		t.Skip("needs root: the root file system's files are root's")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	b := Builder{}
+	b := Builder{Offline: true}
 	tarball := filepath.Join(t.TempDir(), "img.tar")
 	err := b.Build(ctx, tarball, Spec{Ref: "repronet.local/test/debimage:1", Packages: []string{"python3-pip"},
 		Files:  []ociimage.File{{Path: "/agent/hello.py", Mode: 0o755, Data: []byte("print('hi')\n")}, {Path: "/etc/hostname", Mode: 0o644, Data: []byte("ours\n")}},
@@ -98,5 +98,26 @@ func TestBuildRefusesBadInput(t *testing.T) {
 	}
 	if err := addFiles(t.TempDir(), []ociimage.File{{Path: "/l", Mode: fs.ModeSymlink, Linkname: "/etc"}}); err == nil {
 		t.Error("a symlink accepted")
+	}
+}
+
+// TestOffline: an offline builder asked for a root file system it has not
+// got says so, naming it, and makes nothing (no debootstrap, no mirror).
+func TestOffline(t *testing.T) {
+	cache := t.TempDir()
+	b := Builder{CacheDir: cache, Mirror: "http://127.0.0.1:9/debian", Offline: true}
+	_, err := b.Rootfs(context.Background(), []string{"python3-pip", "nonexistent-package"})
+	if !errors.Is(err, ErrNotCached) || !strings.Contains(err.Error(), "nonexistent-package") {
+		t.Fatalf("Rootfs = %v; want ErrNotCached naming the packages", err)
+	}
+	err = b.Build(context.Background(), filepath.Join(cache, "img.tar"), Spec{Ref: "repronet.local/test/offline:1"})
+	if !errors.Is(err, ErrNotCached) {
+		t.Fatalf("Build = %v; want ErrNotCached", err)
+	}
+	des, _ := os.ReadDir(filepath.Join(cache, "rootfs"))
+	for _, d := range des {
+		if !strings.HasSuffix(d.Name(), ".lock") {
+			t.Fatalf("made %s", d.Name())
+		}
 	}
 }

@@ -1,13 +1,14 @@
 // Package pkgcache is the node's package cache: immutable package files
-// (Debian .deb, Python wheels and sdists, CRAN and conda packages; see
-// Classify) that the egress proxy fetched over plain HTTP for one attempt
+// (Debian .deb, Python wheels and sdists, CRAN and conda packages, and
+// Debian's indexes named by their hash; see Classify) that the egress proxy fetched over plain HTTP for one attempt
 // are kept on disk, within a size quota, least recently used first out,
 // and served to later attempts on the same node without a download.
 //
 // A file is stored only when it was received whole, with status 200 and
 // no content encoding, from a host on the node's list of cacheable hosts
 // (Config.Hosts), and — when an index the proxy passed gave its SHA-256
-// (a Debian Packages file, a PyPI simple page) — only if it matches. HTTPS
+// (a Debian Packages file, a PyPI simple page), or its name is its SHA-256
+// (Debian's indexes by hash) — only if it matches. HTTPS
 // goes through the proxy's CONNECT tunnels, which are never intercepted,
 // so it is never cached (see docs/sandbox.md for why the node points
 // agents at plain-HTTP mirrors instead of rewriting their URLs).
@@ -262,20 +263,25 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodGet || req.Header.Get("Range") != "" || !c.cacheableHost(u) {
 		return t.next.RoundTrip(req)
 	}
-	if IsIndex(u) {
-		resp, err := t.next.RoundTrip(req)
-		if err == nil && resp.StatusCode == http.StatusOK && identity(resp) {
+	// An index is read for hashes whether it comes from the mirror or,
+	// named by its hash, from disk.
+	index := func(resp *http.Response) *http.Response {
+		if IsIndex(u) && resp.StatusCode == http.StatusOK && identity(resp) {
 			resp.Body = &indexReader{ReadCloser: resp.Body, c: c, u: u, ctype: resp.Header.Get("Content-Type")}
 		}
-		return resp, err
+		return resp
 	}
 	kind, ok := Classify(u)
 	if !ok {
-		return t.next.RoundTrip(req)
+		resp, err := t.next.RoundTrip(req)
+		if err != nil {
+			return nil, err
+		}
+		return index(resp), nil
 	}
 	key := canonical(u)
 	if resp := c.serve(req, key); resp != nil {
-		return resp, nil
+		return index(resp), nil
 	}
 	resp, err := t.next.RoundTrip(req)
 	if err != nil {
@@ -283,16 +289,16 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if resp.StatusCode != http.StatusOK || !identity(resp) || resp.ContentLength > c.max/4 ||
 		strings.Contains(strings.ToLower(resp.Header.Get("Cache-Control")), "no-store") {
-		return resp, nil
+		return index(resp), nil
 	}
 	f, err := os.CreateTemp(c.tmpDir(), "fill-*")
 	if err != nil {
 		t.log.Warn("pkgcache: cannot store a download", "url", key, "err", err)
-		return resp, nil
+		return index(resp), nil
 	}
-	resp.Body = &fill{ReadCloser: resp.Body, c: c, f: f, h: sha256.New(), key: key, kind: kind,
+	resp.Body = &fill{ReadCloser: resp.Body, c: c, f: f, h: sha256.New(), key: key, kind: kind, named: NamedHash(u),
 		want: resp.ContentLength, ctype: resp.Header.Get("Content-Type"), log: t.log}
-	return resp, nil
+	return index(resp), nil
 }
 
 // identity reports whether the response carries the file's own bytes.
@@ -345,7 +351,8 @@ type fill struct {
 	n     int64
 	key   string
 	kind  Kind
-	want  int64 // Content-Length, or -1
+	named string // the SHA-256 the URL names (KindByHash), or ""
+	want  int64  // Content-Length, or -1
 	ctype string
 	log   *slog.Logger
 	done  bool
@@ -397,6 +404,9 @@ func (fl *fill) commit() {
 	c := fl.c
 	c.mu.Lock()
 	want, known := c.hashes[fl.key]
+	if fl.named != "" {
+		want, known = fl.named, true
+	}
 	_, have := c.entries[fl.key]
 	if known && want != sum {
 		c.stats.Mismatches++

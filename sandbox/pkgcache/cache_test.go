@@ -22,26 +22,32 @@ import (
 
 func TestClassify(t *testing.T) {
 	for raw, want := range map[string]Kind{
-		"http://deb.debian.org/debian/pool/main/h/hello/hello_2.10-3_amd64.deb":                         KindDeb,
-		"http://deb.debian.org/debian/pool/main/d/debian-installer/x_1.0_amd64.udeb":                    KindDeb,
-		"http://mirror/pypi/packages/ab/cd/numpy-1.26.0-cp311-cp311-manylinux_2_17_x86_64.whl":          KindWheel,
-		"http://mirror/packages/source/r/requests/requests-2.31.0.tar.gz":                               KindSdist,
-		"http://cloud.r-project.org/src/contrib/ggplot2_3.4.4.tar.gz":                                   KindCRAN,
-		"http://cloud.r-project.org/src/contrib/Archive/ggplot2/ggplot2_3.4.3.tar.gz":                   KindCRAN,
-		"http://cloud.r-project.org/bin/windows/contrib/4.3/ggplot2_3.4.4.zip":                          KindCRAN,
-		"http://conda.anaconda.org/conda-forge/linux-64/numpy-1.26.0-py311h64a7726_0.conda":             KindConda,
-		"http://conda.anaconda.org/conda-forge/noarch/requests-2.31.0-pyhd8ed1ab_0.tar.bz2":             KindConda,
-		"http://deb.debian.org/debian/dists/bookworm/main/binary-amd64/Packages.gz":                     "",
-		"http://deb.debian.org/debian/dists/bookworm/InRelease":                                         "",
-		"http://deb.debian.org/debian/hello_2.10-3_amd64.deb":                                           "", // not in a pool
-		"http://mirror/pypi/packages/ab/numpy-1.26.0-cp311-cp311-manylinux_2_17_x86_64.whl?x=1":         "", // a query
-		"https://files.pythonhosted.org/packages/ab/numpy-1.26.0-cp311-cp311-manylinux_2_17_x86_64.whl": "", // HTTPS never passes in clear
-		"http://github.com/owner/repo/archive/main.tar.gz":                                              "",
-		"http://cloud.r-project.org/src/contrib/PACKAGES.gz":                                            "",
-		"http://conda.anaconda.org/conda-forge/linux-64/repodata.json":                                  "",
-		"http://mirror/pool/main/../../etc/x_1_all.deb":                                                 "",
-		"http://mirror/simple/numpy/":                                                                   "",
-		"http://mirror/downloads/numpy-1.26.0.tar.gz":                                                   "", // an sdist outside /packages/
+		"http://deb.debian.org/debian/pool/main/h/hello/hello_2.10-3_amd64.deb":                                    KindDeb,
+		"http://deb.debian.org/debian/pool/main/d/debian-installer/x_1.0_amd64.udeb":                               KindDeb,
+		"http://mirror/pypi/packages/ab/cd/numpy-1.26.0-cp311-cp311-manylinux_2_17_x86_64.whl":                     KindWheel,
+		"http://mirror/packages/source/r/requests/requests-2.31.0.tar.gz":                                          KindSdist,
+		"http://cloud.r-project.org/src/contrib/ggplot2_3.4.4.tar.gz":                                              KindCRAN,
+		"http://cloud.r-project.org/src/contrib/Archive/ggplot2/ggplot2_3.4.3.tar.gz":                              KindCRAN,
+		"http://cloud.r-project.org/bin/windows/contrib/4.3/ggplot2_3.4.4.zip":                                     KindCRAN,
+		"http://conda.anaconda.org/conda-forge/linux-64/numpy-1.26.0-py311h64a7726_0.conda":                        KindConda,
+		"http://conda.anaconda.org/conda-forge/noarch/requests-2.31.0-pyhd8ed1ab_0.tar.bz2":                        KindConda,
+		"http://deb.debian.org/debian/dists/bookworm/main/binary-amd64/Packages.gz":                                "",
+		"http://deb.debian.org/debian/dists/bookworm/main/binary-amd64/by-hash/SHA256/" + strings.Repeat("0a", 32): KindByHash,
+		"http://deb.debian.org/debian/dists/bookworm/main/i18n/by-hash/SHA256/" + strings.Repeat("0a", 32):         KindByHash,
+		"http://deb.debian.org/debian/dists/bookworm/main/binary-amd64/by-hash/SHA256/" + strings.Repeat("0A", 32): "", // hex as apt writes it: lower case
+		"http://deb.debian.org/debian/dists/bookworm/main/binary-amd64/by-hash/SHA256/0a":                          "",
+		"http://deb.debian.org/debian/dists/bookworm/main/binary-amd64/by-hash/MD5Sum/" + strings.Repeat("0a", 16): "",
+		"http://deb.debian.org/debian/by-hash/SHA256/" + strings.Repeat("0a", 32):                                  "", // not under dists/
+		"http://deb.debian.org/debian/dists/bookworm/InRelease":                                                    "",
+		"http://deb.debian.org/debian/hello_2.10-3_amd64.deb":                                                      "", // not in a pool
+		"http://mirror/pypi/packages/ab/numpy-1.26.0-cp311-cp311-manylinux_2_17_x86_64.whl?x=1":                    "", // a query
+		"https://files.pythonhosted.org/packages/ab/numpy-1.26.0-cp311-cp311-manylinux_2_17_x86_64.whl":            "", // HTTPS never passes in clear
+		"http://github.com/owner/repo/archive/main.tar.gz":                                                         "",
+		"http://cloud.r-project.org/src/contrib/PACKAGES.gz":                                                       "",
+		"http://conda.anaconda.org/conda-forge/linux-64/repodata.json":                                             "",
+		"http://mirror/pool/main/../../etc/x_1_all.deb":                                                            "",
+		"http://mirror/simple/numpy/":                 "",
+		"http://mirror/downloads/numpy-1.26.0.tar.gz": "", // an sdist outside /packages/
 	} {
 		u, err := url.Parse(raw)
 		if err != nil {
@@ -304,5 +310,47 @@ func TestCacheQuotaAndAbandon(t *testing.T) {
 	c2 := open(t, dir, 40000)
 	if _, err := os.Stat(filepath.Join(dir, "objects", strings.Repeat("0", 64))); !os.IsNotExist(err) || c2.Stats().Entries != 4 {
 		t.Fatalf("stray file kept (%v) or entries %d", err, c2.Stats().Entries)
+	}
+}
+
+// TestCacheByHash: Debian indexes fetched by hash are kept, verified by
+// their name, and still read for the packages' hashes when served from
+// disk, so a cache reopened without the hashes it had learnt verifies the
+// packages it stores against the index it holds.
+func TestCacheByHash(t *testing.T) {
+	up := newUpstream(t)
+	deb := bytes.Repeat([]byte("deb!"), 1000)
+	debPath := "/debian/pool/main/h/hello/hello_1.0_all.deb"
+	index := gz([]byte("Package: hello\nFilename: pool/main/h/hello/hello_1.0_all.deb\nSHA256: " + sha(deb) + "\n"))
+	byHash := "/debian/dists/test/main/binary-amd64/by-hash/SHA256/" + sha(index)
+	up.files[byHash] = index
+	up.files[debPath] = deb
+	liar := "/debian/dists/test/main/i18n/by-hash/SHA256/" + sha([]byte("the named bytes"))
+	up.files[liar] = []byte("other bytes")
+	dir := t.TempDir()
+	c := open(t, dir, 1<<20)
+	cl := client(c, up)
+	for range 2 {
+		if got := fetch(t, cl, "http://deb.test"+byHash); !bytes.Equal(got, index) {
+			t.Fatal("index changed on its way")
+		}
+		if got := fetch(t, cl, "http://deb.test"+liar); string(got) != "other bytes" {
+			t.Fatalf("passed on %q", got)
+		}
+	}
+	if up.count(byHash) != 1 || up.count(liar) != 2 {
+		t.Fatalf("upstream saw the index %d times (want 1) and the mismatched file %d (want 2)", up.count(byHash), up.count(liar))
+	}
+	if st := c.Stats(); st.Stored != 1 || st.Verified != 1 || st.Mismatches != 2 || st.Hits != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	c2 := open(t, dir, 1<<20) // knows no hashes until an index passes
+	cl2 := client(c2, up)
+	fetch(t, cl2, "http://deb.test"+byHash)
+	fetch(t, cl2, "http://deb.test"+debPath)
+	if st := c2.Stats(); up.count(byHash) != 1 || st.Hits != 1 || st.Hashes != 1 || st.Verified != 1 {
+		t.Fatalf("reopened: upstream saw the index %d times, stats %+v; want the index from disk and the package verified by it",
+			up.count(byHash), st)
 	}
 }
