@@ -175,6 +175,9 @@ type Result struct {
 	// AnnouncementBytes is one node's announcement (the message's data).
 	AnnouncementBytes int
 	Setup             time.Duration
+	// Redials is how many node-coordinator connections the warm-up
+	// opened again because gossipsub had lost the coordinator.
+	Redials int
 }
 
 // Delay is the q-quantile (0..1) of Delays.
@@ -388,7 +391,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	// subscription (under load that takes longer than Warmup): before,
 	// what a node publishes reaches no one, which says nothing of the
 	// design.
-	if err := waitSubscribed(ctx, nodes[:cfg.Publishers], coordIDs); err != nil {
+	redial := func(n *simPeer, c peer.ID) error {
+		_ = n.h.Network().ClosePeer(c)
+		_, err := mn.ConnectPeers(n.h.ID(), c)
+		return err
+	}
+	if res.Redials, err = waitSubscribed(ctx, nodes[:cfg.Publishers], coordIDs, redial); err != nil {
 		return res, err
 	}
 	runtime.GC()
@@ -560,22 +568,44 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// subscribeGrace is how long waitSubscribed lets a node go without
+// hearing a coordinator's subscription before it opens their connection
+// again.
+const subscribeGrace = 5 * time.Second
+
 // waitSubscribed waits until each node's topic lists every coordinator as
-// a subscriber (at most a minute).
-func waitSubscribed(ctx context.Context, nodes []*simPeer, coords []peer.ID) error {
+// a subscriber (at most a minute), and returns how many connections it
+// opened again. A node that has not heard a coordinator for
+// subscribeGrace gets its connection to it closed and opened again
+// (redial), as a real node's gossip watch does (node/gossipwatch.go):
+// gossipsub that failed to open its stream under load never tries again
+// on the same connection.
+func waitSubscribed(ctx context.Context, nodes []*simPeer, coords []peer.ID, redial func(*simPeer, peer.ID) error) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	redials := 0
 	for _, n := range nodes {
+		since := time.Now()
 		for {
 			listed := n.topic.ListPeers()
-			missing := slices.ContainsFunc(coords, func(c peer.ID) bool { return !slices.Contains(listed, c) })
-			if !missing {
+			missing := slices.DeleteFunc(slices.Clone(coords), func(c peer.ID) bool { return slices.Contains(listed, c) })
+			if len(missing) == 0 {
 				break
 			}
+			if time.Since(since) >= subscribeGrace {
+				for _, c := range missing {
+					if err := redial(n, c); err != nil {
+						return redials, fmt.Errorf("sim: node %s: connect to coordinator %s again: %w", n.h.ID(), c, err)
+					}
+					redials++
+				}
+				since = time.Now()
+			}
 			if err := sleep(ctx, 20*time.Millisecond); err != nil {
-				return fmt.Errorf("sim: node %s does not hear every coordinator's subscription: %w", n.h.ID(), err)
+				return redials, fmt.Errorf("sim: node %s does not hear every coordinator's subscription (%d connections opened again): %w",
+					n.h.ID(), redials, err)
 			}
 		}
 	}
-	return nil
+	return redials, nil
 }

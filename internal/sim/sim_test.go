@@ -24,8 +24,8 @@ func TestRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: node %+v; coordinator %+v; sent %d, delivered %.3f, delay p50 %s p99 %s; %.1f%% CPU per peer; %d-byte announcement",
-			d, r.Node, r.Coordinator, r.Sent, r.Delivered, r.Delay(0.5), r.Delay(0.99), 100*r.CPUPerPeer(), r.AnnouncementBytes)
+		t.Logf("%s: node %+v; coordinator %+v; sent %d, delivered %.3f, delay p50 %s p99 %s; %.1f%% CPU per peer; %d-byte announcement; %d connections opened again",
+			d, r.Node, r.Coordinator, r.Sent, r.Delivered, r.Delay(0.5), r.Delay(0.99), 100*r.CPUPerPeer(), r.AnnouncementBytes, r.Redials)
 		// Under load (other tests share the machine) the publishers
 		// fall behind their period: what follows holds per announcement.
 		if r.Sent < nodes {
