@@ -145,12 +145,26 @@ func expire(t testing.TB, c *Coordinator, id string) {
 func settle(t testing.TB, c *Coordinator) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for c.Progress().Reported > 0 {
+	for unscored(c) > 0 { // canaries too, which Progress leaves out
 		if time.Now().After(deadline) {
-			t.Fatalf("reports still unscored after 30 s: %+v", c.Progress())
+			t.Fatalf("reports still unscored after 30 s: %d (progress %+v)", unscored(c), c.Progress())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// unscored counts the attempts, canaries included, whose reports wait
+// for their scoring.
+func unscored(c *Coordinator) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, a := range c.state.Attempts {
+		if a.State == StateReported {
+			n++
+		}
+	}
+	return n
 }
 
 // quarantined reports whether the cross-check quarantined node n.
