@@ -15,6 +15,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -331,6 +332,21 @@ func ValidatePipeline(stages []Stage) error {
 		}
 	}
 	return nil
+}
+
+// BoardScoring is the scoring e's board is kept under, as a key: e's
+// Scoring, or def (the suite's) when e has none yet, in compact JSON, so
+// that one scoring is one board however its JSON is spaced.
+func (e Entry) BoardScoring(def json.RawMessage) (string, error) {
+	scoring := e.Scoring
+	if len(scoring) == 0 {
+		scoring = def
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, scoring); err != nil {
+		return "", fmt.Errorf("scoring: %w", err)
+	}
+	return compact.String(), nil
 }
 
 // StatusCounts counts a board row's units by status; families embed it in

@@ -12,6 +12,7 @@ import (
 
 	"github.com/libp2p/go-libp2p"
 
+	"github.com/repronet/repronet/bench"
 	"github.com/repronet/repronet/bench/shellqa"
 	"github.com/repronet/repronet/bench/shellqa/sample"
 	"github.com/repronet/repronet/coordinator"
@@ -187,8 +188,8 @@ func checkShellQABoards(t *testing.T, boards []any, suite string, tasks int) {
 		}
 		for _, r := range board.Rows {
 			want := map[string]shellqa.Row{
-				"solver": {Agent: "solver", Model: "none (busybox sh)", Units: tasks, Validated: tasks, Correct: tasks, Accuracy: 1},
-				"wrong":  {Agent: "wrong", Model: "none (busybox sh)", Units: tasks, Validated: tasks},
+				"solver": {Agent: "solver", Model: "none (busybox sh)", StatusCounts: bench.StatusCounts{Units: tasks, Validated: tasks}, Correct: tasks, Accuracy: 1},
+				"wrong":  {Agent: "wrong", Model: "none (busybox sh)", StatusCounts: bench.StatusCounts{Units: tasks, Validated: tasks}},
 			}[r.Agent]
 			if r != want {
 				t.Errorf("%s: row %+v, want %+v", board.Variant, r, want)

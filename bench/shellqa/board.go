@@ -1,7 +1,6 @@
 package shellqa
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -27,16 +26,12 @@ type Board struct {
 type Row struct {
 	Agent string `json:"agent"`
 	Model string `json:"model,omitempty"`
-	Units int    `json:"units"`
-	// Validated units are the only ones scored; Accuracy is
-	// Correct / Validated (0 when none is).
-	Validated    int     `json:"validated"`
-	Correct      int     `json:"correct"`
-	Accuracy     float64 `json:"accuracy"`
-	Unvalidated  int     `json:"unvalidated"`
-	Inconsistent int     `json:"inconsistent"`
-	InfraFailed  int     `json:"infra_failed"`
-	Pending      int     `json:"pending"`
+	// StatusCounts are the agent's units by status; validated ones are
+	// the only ones scored: Accuracy is Correct / Validated (0 when none
+	// is).
+	bench.StatusCounts
+	Correct  int     `json:"correct"`
+	Accuracy float64 `json:"accuracy"`
 }
 
 // Boards builds one Board per variant (in the suite's order) and scoring,
@@ -53,15 +48,11 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 		if !slices.Contains(s.Variants(), e.Variant) {
 			return nil, fmt.Errorf("%s: no variant %q in suite %s", name, e.Variant, s.name)
 		}
-		scoring := e.Scoring
-		if len(scoring) == 0 {
-			scoring = s.Scoring()
+		scoring, err := e.BoardScoring(s.Scoring())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, scoring); err != nil {
-			return nil, fmt.Errorf("%s: scoring: %w", name, err)
-		}
-		k := key{e.Variant, compact.String()}
+		k := key{e.Variant, scoring}
 		if rows[k] == nil {
 			rows[k] = map[string]*Row{}
 			keys = append(keys, k)
@@ -71,27 +62,17 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 			r = &Row{Agent: e.Agent, Model: e.Model}
 			rows[k][e.Agent] = r
 		}
-		r.Units++
-		switch e.Status {
-		case bench.Validated:
+		if err := r.Count(e.Status); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if e.Status == bench.Validated {
 			var p Public
 			if err := json.Unmarshal(e.Score, &p); err != nil {
 				return nil, fmt.Errorf("%s: score: %w", name, err)
 			}
-			r.Validated++
 			if p.Correct {
 				r.Correct++
 			}
-		case bench.Unvalidated:
-			r.Unvalidated++
-		case bench.Inconsistent:
-			r.Inconsistent++
-		case bench.InfraFailed:
-			r.InfraFailed++
-		case bench.Pending:
-			r.Pending++
-		default:
-			return nil, fmt.Errorf("%s: unknown status %q", name, e.Status)
 		}
 	}
 	slices.SortStableFunc(keys, func(a, b key) int {

@@ -304,13 +304,13 @@ func TestBoards(t *testing.T) {
 	}
 	want := `[` +
 		`{"family":"shellqa","suite":"qa","variant":"plain","scoring":{"scorer":"shellqa","version":1},"rows":[` +
-		`{"agent":"solver","model":"m-solver","units":3,"validated":3,"correct":2,"accuracy":0.6666666666666666,"unvalidated":0,"inconsistent":0,"infra_failed":0,"pending":0},` +
-		`{"agent":"flaky","model":"m-flaky","units":2,"validated":0,"correct":0,"accuracy":0,"unvalidated":0,"inconsistent":0,"infra_failed":1,"pending":1},` +
-		`{"agent":"wrong","model":"m-wrong","units":3,"validated":1,"correct":0,"accuracy":0,"unvalidated":1,"inconsistent":1,"infra_failed":0,"pending":0}]},` +
+		`{"agent":"solver","model":"m-solver","units":3,"validated":3,"unvalidated":0,"inconsistent":0,"infra_failed":0,"pending":0,"correct":2,"accuracy":0.6666666666666666},` +
+		`{"agent":"flaky","model":"m-flaky","units":2,"validated":0,"unvalidated":0,"inconsistent":0,"infra_failed":1,"pending":1,"correct":0,"accuracy":0},` +
+		`{"agent":"wrong","model":"m-wrong","units":3,"validated":1,"unvalidated":1,"inconsistent":1,"infra_failed":0,"pending":0,"correct":0,"accuracy":0}]},` +
 		`{"family":"shellqa","suite":"qa","variant":"plain","scoring":{"scorer":"shellqa","version":2},"rows":[` +
-		`{"agent":"solver","model":"m-solver","units":1,"validated":1,"correct":0,"accuracy":0,"unvalidated":0,"inconsistent":0,"infra_failed":0,"pending":0}]},` +
+		`{"agent":"solver","model":"m-solver","units":1,"validated":1,"unvalidated":0,"inconsistent":0,"infra_failed":0,"pending":0,"correct":0,"accuracy":0}]},` +
 		`{"family":"shellqa","suite":"qa","variant":"hinted","scoring":{"scorer":"shellqa","version":1},"rows":[` +
-		`{"agent":"solver","model":"m-solver","units":1,"validated":1,"correct":1,"accuracy":1,"unvalidated":0,"inconsistent":0,"infra_failed":0,"pending":0}]}]`
+		`{"agent":"solver","model":"m-solver","units":1,"validated":1,"unvalidated":0,"inconsistent":0,"infra_failed":0,"pending":0,"correct":1,"accuracy":1}]}]`
 	if string(got) != want {
 		t.Errorf("boards\n%s\nwant\n%s", got, want)
 	}

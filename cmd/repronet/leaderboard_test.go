@@ -48,7 +48,7 @@ func otherBoards() []any {
 	cost := 0.0123
 	return []any{
 		shellqa.Board{Family: shellqa.Name, Suite: "qa", Variant: shellqa.Plain, Scoring: json.RawMessage(`{"scorer":"shellqa","version":1}`),
-			Rows: []shellqa.Row{{Agent: "solver", Units: 4, Validated: 4, Correct: 3, Accuracy: 0.75}}},
+			Rows: []shellqa.Row{{Agent: "solver", StatusCounts: bench.StatusCounts{Units: 4, Validated: 4}, Correct: 3, Accuracy: 0.75}}},
 		pbfamily.Board{Family: pbfamily.Name, Suite: "pb", Variant: pbfamily.Full, Grader: paperbench.GraderReportFailed,
 			Judge: pbfamily.JudgeSettings{Model: "o3-mini", ReasoningEffort: "high"}, Scoring: json.RawMessage(`{}`),
 			Rows: []pbfamily.Row{{Agent: "honest", Score: 0.875, Papers: map[string]float64{"toy": 0.875},

@@ -1,7 +1,6 @@
 package family
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -99,19 +98,14 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 		if kind == "" {
 			return nil, fmt.Errorf("%s: no question %q in suite %s", name, e.TaskID, s.name)
 		}
-		var compact bytes.Buffer
-		if len(e.Scoring) > 0 {
-			if err := json.Compact(&compact, e.Scoring); err != nil {
-				return nil, fmt.Errorf("%s: scoring: %w", name, err)
-			}
-		}
 		// Nothing scored yet: the suite's default scoring (this suite's,
 		// or the one of the config it had) narrowed to the kind's.
-		if compact.Len() == 0 {
-			compact.Write(s.Scoring())
+		scoring, err := e.BoardScoring(s.Scoring())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		var sc Scoring
-		if err := json.Unmarshal(compact.Bytes(), &sc); err != nil {
+		if err := json.Unmarshal([]byte(scoring), &sc); err != nil {
 			return nil, fmt.Errorf("%s: scoring: %w", name, err)
 		}
 		if sc.Kind == "" {
@@ -122,8 +116,7 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 				sc.MCQGraders = nil
 			}
 			b, _ := json.Marshal(sc)
-			compact.Reset()
-			compact.Write(b)
+			scoring = string(b)
 		}
 		var pub Public
 		if e.Status == bench.Validated {
@@ -135,7 +128,7 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 			}
 		}
 		for _, g := range graders(kind) {
-			k := key{kind, compact.String(), g}
+			k := key{kind, scoring, g}
 			if rows[k] == nil {
 				rows[k] = map[string]*acc{}
 				keys = append(keys, k)

@@ -1,7 +1,6 @@
 package family
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -106,13 +105,9 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 		if !slices.Contains(s.Variants(), e.Variant) {
 			return nil, fmt.Errorf("%s: no variant %q in suite %s", name, e.Variant, s.name)
 		}
-		scoring := e.Scoring
-		if len(scoring) == 0 {
-			scoring = s.Scoring()
-		}
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, scoring); err != nil {
-			return nil, fmt.Errorf("%s: scoring: %w", name, err)
+		scoring, err := e.BoardScoring(s.Scoring())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		var pub Public
 		scored := e.Status == bench.Validated
@@ -126,7 +121,7 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 			}
 		}
 		for _, g := range paperbench.Graders() {
-			k := key{e.Variant, compact.String(), g}
+			k := key{e.Variant, scoring, g}
 			if rows[k] == nil {
 				rows[k] = map[string]*acc{}
 				keys = append(keys, k)
