@@ -268,7 +268,11 @@ func (c *Config) setDefaults() {
 
 // coreConfig is the core's part of the configuration.
 func (c *Config) coreConfig(self string, seed [32]byte, secret []byte, log *slog.Logger) core.Config {
-	return core.Config{Self: self, LeaseTTL: c.LeaseTTL, NodeTTL: c.NodeTTL, FetchAllowance: c.FetchAllowance,
+	var models []string
+	if c.Gateway != nil {
+		models = c.Gateway.ModelNames()
+	}
+	return core.Config{Models: models, Self: self, LeaseTTL: c.LeaseTTL, NodeTTL: c.NodeTTL, FetchAllowance: c.FetchAllowance,
 		MinFetchRate: c.MinFetchRate, LeaseMargin: c.LeaseMargin, AvoidAfterLeaseLoss: c.AvoidAfterLeaseLoss,
 		MaxTries: c.MaxTries, MaxLeaseLosses: c.MaxLeaseLosses, MaxDeclines: c.MaxDeclines, MaxLateReports: c.MaxLateReports,
 		MaxLateBytes: c.MaxLateBytes, Groups: c.Groups, HalfLife: c.HalfLife, IdleCanaryEvery: c.IdleCanaryEvery,

@@ -200,6 +200,7 @@ func (c *Coordinator) modelUse(ctx context.Context, attempt, lease string) (*cor
 		u.OutputTokens += cl.Usage.Output
 		cost += cl.Charged
 		u.Head = cl.ID
+		u.Unavailable = cl.Unavailable()
 	}
 	if u.Calls == 0 {
 		return nil, nil

@@ -91,6 +91,28 @@ func checkAgentEnv(e Evaluation) error {
 	return nil
 }
 
+// servedModels checks that every model an evaluation names is one the
+// coordinator's gateway serves: otherwise its agents would fail for want
+// of a provider, and a configuration mistake would be published as the
+// model's score.
+func servedModels(asked, served []string) error {
+	var missing []string
+	for _, m := range asked {
+		if !slices.Contains(served, m) {
+			missing = append(missing, m)
+		}
+	}
+	switch {
+	case len(missing) == 0:
+		return nil
+	case len(served) == 0:
+		return fmt.Errorf("models %s: this coordinator has no model access (no [[providers]] and [[models]] in its --config)", strings.Join(missing, ", "))
+	default:
+		return fmt.Errorf("models %s: no provider of this coordinator serves them (it serves %s; add them to [[models]] in its --config)",
+			strings.Join(missing, ", "), strings.Join(served, ", "))
+	}
+}
+
 // Bounds on an evaluation.
 const (
 	MaxReplicas           = 16
@@ -162,6 +184,10 @@ func (s *State) evaluate(ev Evaluate) {
 	agent, ok := s.catalog.LookupAgent(e.Agent)
 	if !ok {
 		fail("no agent %q", e.Agent)
+		return
+	}
+	if err := servedModels(e.Models, s.cfg.Models); err != nil {
+		fail("%v", err)
 		return
 	}
 	variants := si.Bench.Variants()
