@@ -113,6 +113,11 @@ func servedModels(asked, served []string) error {
 	}
 }
 
+// JudgeSuffix ends the names of a scorer's model account and trajectory:
+// evaluation X's judges are charged to "X.judge", so no evaluation may be
+// named so.
+const JudgeSuffix = ".judge"
+
 // Bounds on an evaluation.
 const (
 	MaxReplicas           = 16
@@ -158,6 +163,10 @@ func (s *State) evaluate(ev Evaluate) {
 	}
 	if e.ID != "" && (proto.ValidateAttemptID(e.ID) != nil || len(e.ID) > 64) {
 		fail("evaluation ID %q: want 1-64 of [A-Za-z0-9._-]", e.ID)
+		return
+	}
+	if strings.HasSuffix(e.ID, JudgeSuffix) {
+		fail("evaluation ID %q: IDs ending %s name judges' budget accounts", e.ID, JudgeSuffix)
 		return
 	}
 	if len(e.Group) > proto.MaxFilterLen {
