@@ -58,6 +58,7 @@ import (
 	"github.com/repronet/repronet/internal/badgerds"
 	"github.com/repronet/repronet/internal/diskguard"
 	"github.com/repronet/repronet/internal/identity"
+	"github.com/repronet/repronet/internal/lograte"
 	"github.com/repronet/repronet/internal/p2phost"
 	"github.com/repronet/repronet/proto"
 	"github.com/repronet/repronet/verify"
@@ -282,8 +283,10 @@ func (c *Config) coreConfig(self string, seed [32]byte, secret []byte, log *slog
 
 // Coordinator is a running coordinator. Create it with New; stop it with Close.
 type Coordinator struct {
-	cfg     Config
-	log     *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// joinLog bounds the lines about refused joins (anyone may ask).
+	joinLog *lograte.Limiter
 	metrics *prometheus.Registry
 	host    host.Host
 	ds      datastore.Batching
@@ -346,6 +349,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg:        cfg,
 		log:        cfg.Logger.With("component", "coordinator"),
+		joinLog:    lograte.New(10, 6*time.Second, nil),
 		ds:         ds,
 		joinTokens: make(map[string]*JoinToken),
 		guard:      proto.NewAnnouncementGuard(cfg.Network),
