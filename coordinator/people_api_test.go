@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"archive/tar"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -164,7 +166,9 @@ func testScopes(t *testing.T, f *people) {
 		{"overwrite another group's agent", f.ann, "/api/agents?name=solver-b", "x", 403, "another group"},
 		{"overwrite the operator's agent", f.ann, "/api/agents?name=oracle", "x", 403, "another group"},
 		{"push an agent publicly", "", "/api/agents?name=x", "x", 401, "bearer token"},
-		{"push what is not an image", f.ann, "/api/agents?name=junk", "not a tarball at all", 400, "not an OCI image"},
+		{"push what is not an image", f.ann, "/api/agents?name=junk", "not a tarball at all", 400, "image refused"},
+		{"push an image whose manifest is missing", f.ann, "/api/agents?name=junk", danglingIndex(t), 400,
+			"is not in the archive"},
 		{"push an agent with a bad name", f.ann, "/api/agents?name=a/b", "x", 400, "agent name"},
 	}
 	for _, r := range refused {
@@ -355,4 +359,19 @@ func TestAttemptHandles(t *testing.T) {
 	if c2.web.handle(id) != h1 {
 		t.Fatal("a handle changed across a restart")
 	}
+}
+
+// danglingIndex is an OCI layout whose index.json names a manifest the
+// archive does not hold: no node could import it.
+func danglingIndex(t *testing.T) string {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	index := `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:` +
+		strings.Repeat("0", 64) + `","size":2}]}`
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "index.json", Size: int64(len(index)), Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write([]byte(index))
+	tw.Close()
+	return b.String()
 }
