@@ -510,7 +510,9 @@ func (c *CheckingReader) Finish() error {
 }
 
 // Abort ends the check when the consumer gave up on the archive.
-func (c *CheckingReader) Abort() { c.pw.CloseWithError(errors.New("the archive was not read to its end")) }
+func (c *CheckingReader) Abort() {
+	c.pw.CloseWithError(errors.New("the archive was not read to its end"))
+}
 
 func (c *CheckingReader) wait() error {
 	if !c.finished {
