@@ -315,12 +315,9 @@ func (c *Coordinator) pushAgent(ctx context.Context, p accounts.Principal, group
 			_ = c.web.accounts.ReleaseAgent(context.WithoutCancel(ctx), info.Name, group)
 		}
 	}
-	for _, a := range c.Attempts() {
-		if a.Agent == info.Name && !finished(a.State) {
-			release()
-			return dashboard.Agent{}, http.StatusConflict, fmt.Errorf("agent %q has unfinished attempts (evaluation %s): push under another name, or when they are done", info.Name, a.Eval)
-		}
-	}
+	// A push over an agent with unfinished attempts is a new version for
+	// new evaluations: queued work keeps the image it was queued with
+	// (core.Job.ImageCID).
 	ag, err := c.AddAgentWith(ctx, info, body)
 	if err != nil {
 		release()

@@ -12,9 +12,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ipfs/go-cid"
+
 	"github.com/repronet/repronet/coordinator/accounts"
 	"github.com/repronet/repronet/dashboard"
 	"github.com/repronet/repronet/proto"
+	"github.com/repronet/repronet/sandbox/ociimage"
 )
 
 // TestPeople runs the scope tests of the API and the dashboard's browser
@@ -277,10 +280,29 @@ func TestSubmitterQuotaAndPending(t *testing.T) {
 	if n := len(c.Attempts()); n != 3 {
 		t.Fatalf("%d attempts queued, want 3", n)
 	}
-	// Its replicas must all run one image: no push over an agent with
-	// unfinished attempts.
-	if rec := do(h, "POST", "/api/agents?name=oracle", tok, "x"); rec.Code != http.StatusConflict || !strings.Contains(rec.Body.String(), "unfinished") {
+	// A push over an agent with unfinished attempts is a new version for
+	// new evaluations: the queued ones keep running the image they were
+	// queued with, so that every replica runs one image.
+	_, before, err := c.jobRecipe(c.Attempts()[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v2 bytes.Buffer
+	if _, err := ociimage.Build(&v2, "repronet.local/agents/oracle:v2", []ociimage.File{{Path: "/agent/run", Mode: 0o755,
+		Data: []byte("#!/bin/sh\necho v2\n")}}, ociimage.Config{Entrypoint: []string{"/agent/run"}}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := do(h, "POST", "/api/agents?name=oracle", tok, v2.String()); rec.Code != http.StatusOK {
 		t.Fatalf("push over an agent with unfinished attempts: %d %s", rec.Code, rec.Body)
+	}
+	if ag, _ := c.Agent("oracle"); ag.CID == cid.MustParse(before.GetImageCid()).String() {
+		t.Fatal("the push did not change the agent")
+	}
+	for _, a := range c.Attempts() {
+		_, r, err := c.jobRecipe(a.ID)
+		if err != nil || !bytes.Equal(r.GetImageCid(), before.GetImageCid()) {
+			t.Fatalf("attempt %s queued before the push now runs another image: %v", a.ID, err)
+		}
 	}
 
 	// One attempt runs: the submitter sees it pending, like the queued.
