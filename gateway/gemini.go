@@ -77,6 +77,10 @@ func parseGeminiPath(path string) (model, method string, err error) {
 
 // parseGeminiRequest reads a generateContent request body for model
 // (named in the path); stream says it came to streamGenerateContent.
+// Google's JSON parser takes a field by its proto name
+// (generation_config, max_output_tokens) as well as by its JSON name, so
+// every field the gateway reads must be spelled by its JSON name: another
+// spelling is refused, lest the provider read what the gateway did not.
 func parseGeminiRequest(body []byte, model string, stream bool) (callRequest, error) {
 	r := callRequest{Model: model, Stream: stream, IncludeUsage: stream, Choices: 1}
 	if err := json.Unmarshal(body, &r.fields); err != nil {
@@ -84,6 +88,9 @@ func parseGeminiRequest(body []byte, model string, stream bool) (callRequest, er
 	}
 	if r.fields == nil {
 		return r, errors.New("request body is null, not a JSON object")
+	}
+	if err := spelledAs("", r.fields, "contents", "systemInstruction", "tools", "toolConfig", "generationConfig", "cachedContent", "model"); err != nil {
+		return r, err
 	}
 	for f, why := range unsupportedGemini {
 		if v, ok := r.fields[f]; ok && string(v) != "null" && string(v) != `""` {
@@ -106,14 +113,23 @@ func parseGeminiRequest(body []byte, model string, stream bool) (callRequest, er
 			return r, fmt.Errorf("tools[%d]: %s is not supported by the gateway: %s", i, k, why)
 		}
 	}
+	var gcFields map[string]json.RawMessage
+	if err := jsonField(r.fields, "generationConfig", &gcFields); err != nil {
+		return r, err
+	}
+	if err := spelledAs("generationConfig.", gcFields, "maxOutputTokens", "candidateCount", "responseModalities", "speechConfig", "imageConfig", "thinkingConfig"); err != nil {
+		return r, err
+	}
 	var gc struct {
-		MaxOutputTokens    *int64   `json:"maxOutputTokens"`
-		CandidateCount     *int64   `json:"candidateCount"`
-		ResponseModalities []string `json:"responseModalities"`
-		SpeechConfig       any      `json:"speechConfig"`
-		ImageConfig        any      `json:"imageConfig"`
+		MaxOutputTokens    *int64                     `json:"maxOutputTokens"`
+		CandidateCount     *int64                     `json:"candidateCount"`
+		ResponseModalities []string                   `json:"responseModalities"`
+		ThinkingConfig     map[string]json.RawMessage `json:"thinkingConfig"`
 	}
 	if err := jsonField(r.fields, "generationConfig", &gc); err != nil {
+		return r, err
+	}
+	if err := spelledAs("generationConfig.thinkingConfig.", gc.ThinkingConfig, "thinkingBudget"); err != nil {
 		return r, err
 	}
 	if gc.MaxOutputTokens != nil {
@@ -133,29 +149,31 @@ func parseGeminiRequest(body []byte, model string, stream bool) (callRequest, er
 			return r, fmt.Errorf("generationConfig.responseModalities %q is not supported by the gateway: only text output is priced", m)
 		}
 	}
-	if gc.SpeechConfig != nil || gc.ImageConfig != nil {
-		return r, errors.New("generationConfig.speechConfig and imageConfig are not supported by the gateway: only text output is priced")
+	for _, k := range []string{"speechConfig", "imageConfig"} {
+		if v, ok := gcFields[k]; ok && string(v) != "null" {
+			return r, fmt.Errorf("generationConfig.%s is not supported by the gateway: only text output is priced", k)
+		}
 	}
-	var contents []geminiContent
+	var contents []map[string]json.RawMessage
 	if err := jsonField(r.fields, "contents", &contents); err != nil {
 		return r, err
 	}
 	if len(contents) == 0 {
 		return r, errors.New("contents is required and not empty")
 	}
-	var system *geminiContent
+	var system map[string]json.RawMessage
 	if err := jsonField(r.fields, "systemInstruction", &system); err != nil {
 		return r, err
 	}
 	if system != nil {
-		n, err := countGeminiParts(system.Parts, 0)
+		n, err := countGeminiContent(system)
 		if err != nil {
 			return r, fmt.Errorf("systemInstruction.%w", err)
 		}
 		r.Images += n
 	}
 	for i, c := range contents {
-		n, err := countGeminiParts(c.Parts, 0)
+		n, err := countGeminiContent(c)
 		if err != nil {
 			return r, fmt.Errorf("contents[%d].%w", i, err)
 		}
@@ -164,21 +182,35 @@ func parseGeminiRequest(body []byte, model string, stream bool) (callRequest, er
 	return r, nil
 }
 
-// geminiContent is a Content: a role and its parts.
-type geminiContent struct {
-	Role  string       `json:"role"`
-	Parts []geminiPart `json:"parts"`
+// spelledAs refuses a field of fields that is one of names spelled
+// otherwise (max_output_tokens, MaxOutputTokens for maxOutputTokens).
+func spelledAs(where string, fields map[string]json.RawMessage, names ...string) error {
+	for k := range fields {
+		if slices.Contains(names, k) {
+			continue
+		}
+		fk := foldName(k)
+		for _, n := range names {
+			if fk == foldName(n) {
+				return fmt.Errorf("%s%s: write it as %s (the gateway reads Gemini fields by their JSON names only)", where, k, n)
+			}
+		}
+	}
+	return nil
 }
 
-// geminiPart is what the gateway reads of a Part.
-type geminiPart struct {
-	InlineData *struct {
-		MimeType string `json:"mimeType"`
-	} `json:"inlineData"`
-	FileData         json.RawMessage `json:"fileData"`
-	FunctionResponse *struct {
-		Parts []geminiPart `json:"parts"`
-	} `json:"functionResponse"`
+func foldName(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
+
+// countGeminiContent checks a Content's parts (countGeminiParts).
+func countGeminiContent(c map[string]json.RawMessage) (int64, error) {
+	if err := spelledAs("", c, "parts"); err != nil {
+		return 0, err
+	}
+	var parts []map[string]json.RawMessage
+	if err := jsonField(c, "parts", &parts); err != nil {
+		return 0, err
+	}
+	return countGeminiParts(parts, 0)
 }
 
 // countGeminiParts checks parts for data whose tokens the gateway can
@@ -187,26 +219,51 @@ type geminiPart struct {
 // in the body, bounded by its bytes; an inline image is bounded by the
 // model's image_tokens; a file stored at the provider (fileData) and
 // inline audio, video or documents are refused.
-func countGeminiParts(parts []geminiPart, depth int) (int64, error) {
+func countGeminiParts(parts []map[string]json.RawMessage, depth int) (int64, error) {
 	if depth > 1 {
 		return 0, errors.New("parts nested too deep")
 	}
 	var images int64
 	for j, p := range parts {
-		switch {
-		case len(p.FileData) > 0 && string(p.FileData) != "null":
+		if err := spelledAs(fmt.Sprintf("parts[%d].", j), p, "inlineData", "fileData", "functionResponse"); err != nil {
+			return 0, err
+		}
+		if v, ok := p["fileData"]; ok && string(v) != "null" {
 			return 0, fmt.Errorf("parts[%d]: fileData is not supported by the gateway: it names a file stored at the provider, whose tokens the request does not bound (send it as inlineData)", j)
-		case p.InlineData != nil:
-			mime := strings.ToLower(p.InlineData.MimeType)
-			switch {
-			case strings.HasPrefix(mime, "image/"):
-				images++
-			case strings.HasPrefix(mime, "text/"):
-			default:
-				return 0, fmt.Errorf("parts[%d]: inlineData of type %q is not supported by the gateway (its tokens cannot be bounded; images and text are)", j, p.InlineData.MimeType)
+		}
+		if v, ok := p["inlineData"]; ok && string(v) != "null" {
+			var d map[string]json.RawMessage
+			if err := json.Unmarshal(v, &d); err != nil {
+				return 0, fmt.Errorf("parts[%d].inlineData: %w", j, err)
 			}
-		case p.FunctionResponse != nil:
-			n, err := countGeminiParts(p.FunctionResponse.Parts, depth+1)
+			if err := spelledAs(fmt.Sprintf("parts[%d].inlineData.", j), d, "mimeType"); err != nil {
+				return 0, err
+			}
+			var mime string
+			if err := jsonField(d, "mimeType", &mime); err != nil {
+				return 0, fmt.Errorf("parts[%d].inlineData.%w", j, err)
+			}
+			switch m := strings.ToLower(mime); {
+			case strings.HasPrefix(m, "image/"):
+				images++
+			case strings.HasPrefix(m, "text/"):
+			default:
+				return 0, fmt.Errorf("parts[%d]: inlineData of type %q is not supported by the gateway (its tokens cannot be bounded; images and text are)", j, mime)
+			}
+		}
+		if v, ok := p["functionResponse"]; ok && string(v) != "null" {
+			var fr map[string]json.RawMessage
+			if err := json.Unmarshal(v, &fr); err != nil {
+				return 0, fmt.Errorf("parts[%d].functionResponse: %w", j, err)
+			}
+			if err := spelledAs(fmt.Sprintf("parts[%d].functionResponse.", j), fr, "parts"); err != nil {
+				return 0, err
+			}
+			var inner []map[string]json.RawMessage
+			if err := jsonField(fr, "parts", &inner); err != nil {
+				return 0, fmt.Errorf("parts[%d].functionResponse.%w", j, err)
+			}
+			n, err := countGeminiParts(inner, depth+1)
 			if err != nil {
 				return 0, fmt.Errorf("parts[%d].functionResponse.%w", j, err)
 			}
