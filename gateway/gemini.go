@@ -715,8 +715,10 @@ func (g *Gateway) serveGeminiCount(w http.ResponseWriter, r *http.Request, model
 	start := g.now()
 	ctx := r.Context()
 	a := adapter{api: APIGemini, call: CallGeminiCountTokens,
-		parse:    func(b []byte) (callRequest, error) { return parseGeminiCount(b, model) },
-		rewrite:  func(req callRequest, rt route, _ int64) ([]byte, error) { return rewriteGeminiCount(req, rt.model.Upstream) },
+		parse: func(b []byte) (callRequest, error) { return parseGeminiCount(b, model) },
+		rewrite: func(req callRequest, rt route, _ int64) ([]byte, error) {
+			return rewriteGeminiCount(req, rt.model.Upstream)
+		},
 		endpoint: func(rt route) string { return geminiEndpoint(rt, geminiCount) },
 		response: func([]byte) (Usage, bool, error) { return Usage{}, true, nil }}
 	if r.Method != http.MethodPost {
