@@ -531,3 +531,57 @@ func TestGeminiProviderKeyScrubbed(t *testing.T) {
 		}
 	}
 }
+
+// newGeminiP2PNet is newP2PNet with the Gemini provider and model.
+func newGeminiP2PNet(t testing.TB, script modelsim.Script) *p2pNet {
+	t.Helper()
+	n := newP2PNet(t, script)
+	cfg := testConfig(n.sim.URL())
+	withGemini(&cfg)
+	gw, err := gateway.New(cfg, n.tokens, n.ledger, n.rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	*n.gw = *gw
+	return n
+}
+
+// TestGeminiEndToEnd: a Gemini agent's turns through a node's proxy over
+// libp2p, streamed and not, the token in ?key= and in x-goog-api-key: the
+// node forwards Gemini's paths (and no other), the answers arrive whole,
+// and the trajectory and charge are the gateway's.
+func TestGeminiEndToEnd(t *testing.T) {
+	n := newGeminiP2PNet(t, geminiScript())
+	nodeHost, proxy, _ := n.node(t, "at-1")
+	n.rig.node = nodeHost.ID()
+	tok := n.grant(t, "at-1", gateway.USD, nil)
+	first, second := geminiTurns(nil)
+	status, out, _ := geminiCall(t, proxy.URL(), streamPath, tok, true, first)
+	if _, calls, _ := geminiStreamed(t, out); status != 200 || len(calls) != 1 {
+		t.Fatalf("%d %s", status, out)
+	}
+	status, out, head := geminiCall(t, proxy.URL(), generatePath, tok, false, second)
+	if status != 200 || !bytes.Contains(out, []byte("The answer is 42.")) || head == "" {
+		t.Fatalf("%d %s (head %q)", status, out, head)
+	}
+	traj := trajectory(t, n.rig, "at-1")
+	if len(traj) != 2 || traj[1].Chain != head || spent(t, n.rig, "attempt/at-1") != traj[0].Cost+traj[1].Cost || traj[0].Cost == 0 {
+		t.Fatalf("trajectory %+v", traj)
+	}
+	req, _ := http.NewRequest(http.MethodGet, proxy.URL()+"/v1beta/models?key="+tok, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Contains(b, []byte(`"models/gemini-sim"`)) {
+		t.Fatalf("model list through the node: %d %s", resp.StatusCode, b)
+	}
+	for _, path := range []string{"/v1beta/modelsx", "/v1beta/tunedModels/x:generateContent"} {
+		status, out, _ := geminiCall(t, proxy.URL(), path, tok, false, first)
+		if status != 404 {
+			t.Fatalf("%s through the node: %d %s", path, status, out)
+		}
+	}
+}
