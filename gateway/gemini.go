@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -379,7 +378,7 @@ const maxGeminiParts = 4096
 // stream ends properly, on the last).
 type geminiAssembler struct {
 	candidates []*geminiCandidateAcc
-	top        map[string]json.RawMessage // the last chunk's other fields (modelVersion, responseId, promptFeedback)
+	top        map[string]json.RawMessage // the last chunk's other fields (modelVersion, responseId, promptFeedback, createTime)
 	usage      *geminiUsage
 	// final: usage came on or after the chunk that ended the stream.
 	final   bool
@@ -389,138 +388,183 @@ type geminiAssembler struct {
 
 type geminiCandidateAcc struct {
 	role   string
-	parts  []map[string]json.RawMessage
+	parts  []*geminiPartAcc
 	finish json.RawMessage
 	other  map[string]json.RawMessage // the last chunk's other candidate fields (safetyRatings, citationMetadata …)
 }
 
+// geminiPartAcc is one part of an answer: a text part's text (and its
+// thought flag and signature) as it grows, or any other part as it came.
+type geminiPartAcc struct {
+	fields  map[string]json.RawMessage // a part other than text
+	text    strings.Builder
+	thought bool
+	sig     json.RawMessage
+}
+
+// geminiChunk is what the assembler reads of a stream chunk in one pass:
+// every field Gemini's GenerateContentResponse and Candidate have (the
+// chunk's bytes, recorded as they came, keep any other).
+type geminiChunk struct {
+	Candidates []struct {
+		Index   int `json:"index"`
+		Content *struct {
+			Role  string                       `json:"role"`
+			Parts []map[string]json.RawMessage `json:"parts"`
+		} `json:"content"`
+		FinishReason       json.RawMessage `json:"finishReason"`
+		FinishMessage      json.RawMessage `json:"finishMessage"`
+		SafetyRatings      json.RawMessage `json:"safetyRatings"`
+		CitationMetadata   json.RawMessage `json:"citationMetadata"`
+		GroundingMetadata  json.RawMessage `json:"groundingMetadata"`
+		URLContextMetadata json.RawMessage `json:"urlContextMetadata"`
+		AvgLogprobs        json.RawMessage `json:"avgLogprobs"`
+		LogprobsResult     json.RawMessage `json:"logprobsResult"`
+		TokenCount         json.RawMessage `json:"tokenCount"`
+	} `json:"candidates"`
+	UsageMetadata  *geminiUsage    `json:"usageMetadata"`
+	PromptFeedback json.RawMessage `json:"promptFeedback"`
+	ModelVersion   json.RawMessage `json:"modelVersion"`
+	ResponseID     json.RawMessage `json:"responseId"`
+	CreateTime     json.RawMessage `json:"createTime"`
+	Error          json.RawMessage `json:"error"`
+}
+
 // Event takes the data of one event.
 func (a *geminiAssembler) Event(data []byte) (chunkInfo, error) {
-	var c struct {
-		Candidates []map[string]json.RawMessage `json:"candidates"`
-		Usage      *geminiUsage                 `json:"usageMetadata"`
-		Error      json.RawMessage              `json:"error"`
-	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(data, &top); err != nil {
-		return chunkInfo{}, fmt.Errorf("stream chunk: %w", err)
-	}
+	var c geminiChunk
 	if err := json.Unmarshal(data, &c); err != nil {
 		return chunkInfo{}, fmt.Errorf("stream chunk: %w", err)
 	}
 	var info chunkInfo
-	if c.Error != nil {
-		a.errObj = c.Error
-	}
-	delete(top, "candidates")
-	delete(top, "usageMetadata")
 	if a.top == nil {
 		a.top = map[string]json.RawMessage{}
 	}
-	for k, v := range top {
-		a.top[k] = v
+	keep := func(to map[string]json.RawMessage, k string, v json.RawMessage) {
+		if len(v) > 0 && string(v) != "null" {
+			to[k] = v
+		}
 	}
-	if raw, ok := top["promptFeedback"]; ok {
+	keep(a.top, "promptFeedback", c.PromptFeedback)
+	keep(a.top, "modelVersion", c.ModelVersion)
+	keep(a.top, "responseId", c.ResponseID)
+	keep(a.top, "createTime", c.CreateTime)
+	if len(c.Error) > 0 && string(c.Error) != "null" {
+		a.errObj = c.Error
+	}
+	if len(c.PromptFeedback) > 0 {
 		var pf struct {
 			BlockReason string `json:"blockReason"`
 		}
-		if json.Unmarshal(raw, &pf) == nil && pf.BlockReason != "" {
+		if json.Unmarshal(c.PromptFeedback, &pf) == nil && pf.BlockReason != "" {
 			a.blocked = true
 		}
 	}
 	for _, cand := range c.Candidates {
-		var index int
-		if raw, ok := cand["index"]; ok {
-			if err := json.Unmarshal(raw, &index); err != nil {
-				return info, fmt.Errorf("stream chunk: candidate index: %w", err)
-			}
-		}
-		acc, err := slot(&a.candidates, index, maxChoices, "candidate")
+		acc, err := slot(&a.candidates, cand.Index, maxChoices, "candidate")
 		if err != nil {
 			return info, err
 		}
-		if raw, ok := cand["content"]; ok && string(raw) != "null" {
-			var content struct {
-				Role  string                       `json:"role"`
-				Parts []map[string]json.RawMessage `json:"parts"`
-			}
-			if err := json.Unmarshal(raw, &content); err != nil {
-				return info, fmt.Errorf("stream chunk: candidate content: %w", err)
-			}
-			acc.role = cmpOr(content.Role, acc.role)
-			for _, p := range content.Parts {
-				if t, _, ok := textPart(p); !ok || t != "" {
-					info.Token = true
-				}
-				if err := acc.add(p); err != nil {
+		if cand.Content != nil {
+			acc.role = cmpOr(cand.Content.Role, acc.role)
+			for _, p := range cand.Content.Parts {
+				tok, err := acc.add(p)
+				if err != nil {
 					return info, err
 				}
+				info.Token = info.Token || tok
 			}
 		}
-		if raw, ok := cand["finishReason"]; ok && string(raw) != "null" {
-			acc.finish = raw
+		if len(cand.FinishReason) > 0 && string(cand.FinishReason) != "null" {
+			acc.finish = cand.FinishReason
 		}
-		for k, v := range cand {
-			switch k {
-			case "content", "finishReason", "index":
-			default:
-				if acc.other == nil {
-					acc.other = map[string]json.RawMessage{}
-				}
-				acc.other[k] = v
-			}
+		if acc.other == nil {
+			acc.other = map[string]json.RawMessage{}
 		}
+		keep(acc.other, "finishMessage", cand.FinishMessage)
+		keep(acc.other, "safetyRatings", cand.SafetyRatings)
+		keep(acc.other, "citationMetadata", cand.CitationMetadata)
+		keep(acc.other, "groundingMetadata", cand.GroundingMetadata)
+		keep(acc.other, "urlContextMetadata", cand.URLContextMetadata)
+		keep(acc.other, "avgLogprobs", cand.AvgLogprobs)
+		keep(acc.other, "logprobsResult", cand.LogprobsResult)
+		keep(acc.other, "tokenCount", cand.TokenCount)
 	}
 	info.Done = a.Complete()
-	if c.Usage != nil {
-		a.usage = c.Usage
+	if c.UsageMetadata != nil {
+		a.usage = c.UsageMetadata
 		a.final = info.Done
 	}
 	return info, nil
 }
 
-// textPart says whether a part holds only text (and maybe its thought
-// flag and signature), and whether it is a thought.
-func textPart(p map[string]json.RawMessage) (text string, thought, ok bool) {
+// textPart reads a part that holds only text (and maybe its thought
+// flag and signature); ok is false for any other part.
+func textPart(p map[string]json.RawMessage) (text string, thought bool, sig json.RawMessage, ok bool) {
 	for k := range p {
 		if k != "text" && k != "thought" && k != "thoughtSignature" {
-			return "", false, false
+			return "", false, nil, false
 		}
 	}
 	if json.Unmarshal(p["text"], &text) != nil {
-		return "", false, false
+		return "", false, nil, false
 	}
 	_ = json.Unmarshal(p["thought"], &thought)
-	return text, thought, true
+	if v, has := p["thoughtSignature"]; has && string(v) != "null" {
+		sig = v
+	}
+	return text, thought, sig, true
 }
 
-// add appends part p (an empty text part is dropped), joining text to the text part before it when both
-// are text of the same kind (thought or answer) and at most one has a
-// thought signature, which the joined part keeps: a stream cuts the
-// model's text into chunks, the answer has it whole.
-func (c *geminiCandidateAcc) add(p map[string]json.RawMessage) error {
-	if t, _, ok := textPart(p); ok && t == "" && p["thoughtSignature"] == nil {
-		return nil // an empty text part (Gemini's last chunk often has one) adds nothing
-	}
-	if n := len(c.parts); n > 0 {
-		prev := c.parts[n-1]
-		pt, pthought, pok := textPart(prev)
-		t, thought, ok := textPart(p)
-		_, psig := prev["thoughtSignature"]
-		_, sig := p["thoughtSignature"]
-		if pok && ok && pthought == thought && !(psig && sig) {
-			prev["text"], _ = json.Marshal(pt + t)
-			if sig {
-				prev["thoughtSignature"] = p["thoughtSignature"]
+// add appends part p and says whether it is output (an empty text part,
+// which Gemini's last chunk often has, is dropped). Text joins the text
+// part before it when both are of the same kind (thought or answer) and
+// at most one has a thought signature, which the joined part keeps: a
+// stream cuts the model's text into chunks, the answer has it whole.
+func (c *geminiCandidateAcc) add(p map[string]json.RawMessage) (bool, error) {
+	t, thought, sig, isText := textPart(p)
+	if isText {
+		if t == "" && sig == nil {
+			return false, nil
+		}
+		if n := len(c.parts); n > 0 {
+			prev := c.parts[n-1]
+			if prev.fields == nil && prev.thought == thought && (prev.sig == nil || sig == nil) {
+				prev.text.WriteString(t)
+				if sig != nil {
+					prev.sig = sig
+				}
+				return t != "", nil
 			}
-			return nil
 		}
 	}
 	if len(c.parts) >= maxGeminiParts {
-		return fmt.Errorf("stream: over %d parts in a candidate", maxGeminiParts)
+		return false, fmt.Errorf("stream: over %d parts in a candidate", maxGeminiParts)
 	}
-	c.parts = append(c.parts, maps.Clone(p))
-	return nil
+	part := &geminiPartAcc{thought: thought, sig: sig}
+	if isText {
+		part.text.WriteString(t)
+	} else {
+		part.fields = p
+	}
+	c.parts = append(c.parts, part)
+	return !isText || t != "", nil
+}
+
+// json is the part as the answer has it.
+func (p *geminiPartAcc) json() map[string]json.RawMessage {
+	if p.fields != nil {
+		return p.fields
+	}
+	out := map[string]json.RawMessage{}
+	out["text"], _ = json.Marshal(p.text.String())
+	if p.thought {
+		out["thought"] = json.RawMessage("true")
+	}
+	if p.sig != nil {
+		out["thoughtSignature"] = p.sig
+	}
+	return out
 }
 
 // Usage is the stream's final usage: found is false when none came; a
@@ -566,9 +610,9 @@ func (a *geminiAssembler) Response() []byte {
 		for k, v := range c.other {
 			m[k] = v
 		}
-		parts := c.parts
-		if parts == nil {
-			parts = []map[string]json.RawMessage{}
+		parts := make([]map[string]json.RawMessage, 0, len(c.parts))
+		for _, p := range c.parts {
+			parts = append(parts, p.json())
 		}
 		m["content"] = map[string]any{"role": cmpOr(c.role, "model"), "parts": parts}
 		if c.finish != nil {
