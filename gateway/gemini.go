@@ -776,7 +776,12 @@ func (g *Gateway) serveGeminiCount(w http.ResponseWriter, r *http.Request, model
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.limits.MaxRequestBytes))
 	if err != nil {
-		writeAPIError(w, a.api, http.StatusRequestEntityTooLarge, errTooLarge, "reading the request body: "+err.Error())
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeAPIError(w, a.api, http.StatusRequestEntityTooLarge, errTooLarge, fmt.Sprintf("request body over %d bytes", g.limits.MaxRequestBytes))
+			return
+		}
+		writeAPIError(w, a.api, http.StatusBadRequest, errInvalidRequest, "reading the request body: "+err.Error())
 		return
 	}
 	req, err := a.parse(body)

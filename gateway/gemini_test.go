@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/repronet/repronet/gateway"
@@ -583,5 +584,45 @@ func TestGeminiEndToEnd(t *testing.T) {
 		if status != 404 {
 			t.Fatalf("%s through the node: %d %s", path, status, out)
 		}
+	}
+}
+
+// urlRecorder is a transport that notes every URL the gateway calls.
+type urlRecorder struct {
+	mu   sync.Mutex
+	urls []string
+}
+
+func (u *urlRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
+	u.mu.Lock()
+	u.urls = append(u.urls, r.URL.String())
+	u.mu.Unlock()
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestGeminiForwardedURL: the provider is called at the upstream model's
+// URL, a stream with alt=sse and nothing else in the query: neither the
+// attempt's token (which came as ?key=) nor the provider's key.
+func TestGeminiForwardedURL(t *testing.T) {
+	r := newRig(t, geminiScript(), withGemini)
+	urls := &urlRecorder{}
+	cfg := testConfig(r.sim.URL())
+	withGemini(&cfg)
+	gw, err := gateway.New(cfg, r.tokens, r.ledger, r.rec, gateway.WithHTTPClient(&http.Client{Transport: urls}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	*r.gw = *gw
+	tok := r.grant(t, "at-1", gateway.USD, nil)
+	first, _ := geminiTurns(nil)
+	for _, path := range []string{generatePath, streamPath, "/v1beta/models/gemini-sim:countTokens"} {
+		if status, out, _ := geminiCall(t, r.srv.URL, path, tok, true, first); status != 200 {
+			t.Fatalf("%s: %d %s", path, status, out)
+		}
+	}
+	base := r.sim.URL() + "/v1beta/models/gemini-sim-2026:"
+	want := []string{base + "generateContent", base + "streamGenerateContent?alt=sse", base + "countTokens"}
+	if strings.Join(urls.urls, " ") != strings.Join(want, " ") {
+		t.Fatalf("the gateway called %q, want %q", urls.urls, want)
 	}
 }
