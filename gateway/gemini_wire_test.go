@@ -264,3 +264,22 @@ func FuzzGeminiResponseUsage(f *testing.F) {
 		}
 	})
 }
+
+func TestToHALGemini(t *testing.T) {
+	answer := []byte(`{"candidates":[{"content":{"role":"model","parts":[{"text":"thinking","thought":true},{"text":"The answer"},{"functionCall":{"name":"f"}},{"text":" is 42."}]}}]}`)
+	calls := []TrajectoryCall{{Call: Call{ID: "bafy1", Attempt: "at-1", API: CallGeminiGenerate, Model: "gemini", Status: 200,
+		UsageReported: true, Usage: Usage{Input: 100, Output: 30, CachedInput: 60}, Cost: 5}, RequestBody: []byte(`{}`), ResponseBody: answer}}
+	h, err := ToHAL("capsule-1", calls)
+	if err != nil || len(h.Calls) != 1 {
+		t.Fatalf("%+v %v", h, err)
+	}
+	c := h.Calls[0]
+	u := c.Summary.Usage["gemini"]
+	if c.OpName != "google.genai.models.generate_content" || len(c.Outputs.Choices) != 1 || c.Outputs.Choices[0] != "The answer is 42." ||
+		u["prompt_token_count"] != int64(100) || u["candidates_token_count"] != int64(30) || u["cached_content_token_count"] != int64(60) {
+		t.Fatalf("gemini entry %+v usage %v", c, u)
+	}
+	if h.Usage["gemini"] != (HALTokenUsage{PromptTokens: 100, CompletionTokens: 30, CacheReadInputTokens: 60}) {
+		t.Fatalf("total usage %+v", h.Usage)
+	}
+}
