@@ -17,8 +17,8 @@
 // /v1beta/models).
 // It owns the arithmetic of money, prices and budgets (budget.go, pure,
 // with the proof that a budget is never exceeded), the reading and
-// rewriting of both APIs' requests, answers and streams (openai.go,
-// anthropic.go, sse.go, pure), the Authorizer, Ledger and Recorder
+// rewriting of the APIs' requests, answers and streams (openai.go,
+// anthropic.go, gemini.go, sse.go, pure), the Authorizer, Ledger and Recorder
 // interfaces with in-memory (and, for trajectories, file-backed)
 // implementations, and the conversion of a trajectory to HAL's upload
 // fields (hal.go, pure).
@@ -125,7 +125,7 @@ func New(cfg Config, auth Authorizer, ledger Ledger, rec Recorder, opts ...Optio
 	return g, nil
 }
 
-// adapter is what differs between the two APIs.
+// adapter is what differs between the APIs.
 type adapter struct {
 	api       string
 	call      string
