@@ -10,7 +10,8 @@
 // in order and free (replay.go).
 //
 // It serves OpenAI's chat completions (POST /v1/chat/completions,
-// streaming or not, tool calls passed through untouched), Anthropic's
+// streaming or not, tool calls passed through untouched), OpenAI's
+// Responses API (POST /v1/responses, responses.go), Anthropic's
 // Messages API (POST /v1/messages) and the model list (GET /v1/models).
 // It owns the arithmetic of money, prices and budgets (budget.go, pure,
 // with the proof that a budget is never exceeded), the reading and
@@ -122,7 +123,7 @@ func New(cfg Config, auth Authorizer, ledger Ledger, rec Recorder, opts ...Optio
 	return g, nil
 }
 
-// adapter is what differs between the two APIs.
+// adapter is what differs between the APIs.
 type adapter struct {
 	api       string
 	call      string
@@ -130,6 +131,8 @@ type adapter struct {
 	rewrite   func(callRequest, route, int64) ([]byte, error)
 	response  func([]byte) (Usage, bool, error)
 	assembler func() assembler
+	// endpoint is the provider's URL for the API; nil: the route's.
+	endpoint func(route) string
 }
 
 // assembler rebuilds an answer from its stream.
@@ -162,10 +165,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.serveCall(w, r, openAIAdapter)
 	case "/v1/messages":
 		g.serveCall(w, r, anthropicAdapter)
+	case "/v1/responses":
+		g.serveCall(w, r, responsesAdapter)
 	case "/v1/models":
 		g.serveModels(w, r)
 	default:
-		writeAPIError(w, APIOpenAI, http.StatusNotFound, errNotFound, fmt.Sprintf("no endpoint %s (the gateway serves /v1/chat/completions, /v1/messages and /v1/models)", r.URL.Path))
+		writeAPIError(w, APIOpenAI, http.StatusNotFound, errNotFound, fmt.Sprintf("no endpoint %s (the gateway serves /v1/chat/completions, /v1/responses, /v1/messages and /v1/models)", r.URL.Path))
 	}
 }
 
@@ -375,7 +380,11 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, clientHead
 			wrote.Store(true)
 		}
 	}}
-	up, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, rt.endpoint, bytes.NewReader(fwd))
+	endpoint := rt.endpoint
+	if a.endpoint != nil {
+		endpoint = a.endpoint(rt)
+	}
+	up, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, endpoint, bytes.NewReader(fwd))
 	if err != nil {
 		c.Status, c.Error = http.StatusInternalServerError, err.Error()
 		writeAPIError(w, a.api, http.StatusInternalServerError, errAPI, "building the provider request failed")

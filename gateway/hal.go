@@ -160,7 +160,11 @@ func halCall(task string, c TrajectoryCall) (HALCall, error) {
 			usage["cache_read_input_tokens"] = c.Usage.CachedInput
 			usage["cache_creation_input_tokens"] = c.Usage.CacheWrite
 		}
-	} else if c.UsageReported {
+	} else if c.API == CallOpenAIResponses {
+		op = "openai.responses.create"
+		texts = responsesTexts(c.ResponseBody)
+	}
+	if c.API != CallAnthropicMessages && c.UsageReported {
 		usage["prompt_tokens"] = c.Usage.Input
 		usage["completion_tokens"] = c.Usage.Output
 		usage["total_tokens"] = add(c.Usage.Input, c.Usage.Output)

@@ -22,6 +22,7 @@ import (
 // on the node and never sent.
 var forwarded = map[string]string{
 	"/v1/chat/completions": http.MethodPost,
+	"/v1/responses":        http.MethodPost,
 	"/v1/messages":         http.MethodPost,
 	"/v1/models":           http.MethodGet,
 }
@@ -109,7 +110,7 @@ func StartProxy(ctx context.Context, h host.Host, gateway peer.ID, addr string, 
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		method, ok := forwarded[r.URL.Path]
 		if !ok {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no model endpoint %s here (use /v1/chat/completions or /v1/messages)", r.URL.Path))
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no model endpoint %s here (use /v1/chat/completions, /v1/responses or /v1/messages)", r.URL.Path))
 			return
 		}
 		if r.Method != method {
