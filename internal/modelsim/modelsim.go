@@ -1,7 +1,10 @@
 // Package modelsim is a scripted model server speaking OpenAI's chat
 // completions (POST /v1/chat/completions, streaming or not, with tool
-// calls, usage and top logprobs) and Anthropic's Messages API (POST
-// /v1/messages, streaming or not, with tool use and usage). It stands in
+// calls, usage and top logprobs), OpenAI's Responses API (POST
+// /v1/responses, streaming or not, with function and custom tool calls,
+// reasoning items and usage with cached and reasoning tokens;
+// responses.go) and Anthropic's Messages API (POST /v1/messages,
+// streaming or not, with tool use and usage). It stands in
 // for every model provider in tests, benchmarks and the demo; nothing in
 // repronet calls a real provider in a test.
 //
@@ -167,6 +170,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		api = "openai"
 	case "/v1/messages":
 		api = "anthropic"
+	case "/v1/responses":
+		api = "responses"
 	default:
 		http.Error(w, "modelsim: no such endpoint: "+r.URL.Path, http.StatusNotFound)
 		return
@@ -181,7 +186,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.opts.APIKey != "" {
 		got := r.Header.Get("x-api-key")
-		if api == "openai" {
+		if api != "anthropic" {
 			got = bearer(r.Header.Get("Authorization"))
 		}
 		if got != s.opts.APIKey {
@@ -190,8 +195,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	parse := ParseOpenAI
-	if api == "anthropic" {
+	switch api {
+	case "anthropic":
 		parse = ParseAnthropic
+	case "responses":
+		parse = ParseResponses
 	}
 	req, err := parse(body)
 	if err != nil {
@@ -209,9 +217,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p := planReply(reply, req)
 	id := replyID(body)
-	if api == "openai" {
+	switch api {
+	case "openai":
 		s.serveOpenAI(w, r.Context(), req, reply, p, id)
-	} else {
+	case "responses":
+		s.serveResponses(w, r.Context(), req, reply, p, id)
+	default:
 		s.serveAnthropic(w, r.Context(), req, reply, p, id)
 	}
 }
