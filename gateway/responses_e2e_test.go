@@ -226,7 +226,9 @@ func TestResponsesBudget(t *testing.T) {
 	small := r.grant(t, "at-2", gateway.USD/1000, nil)
 	n := len(r.sim.Requests())
 	status, out = call(t, r.srv.URL, "/v1/responses", small, codexTurn(false), nil)
-	var e struct{ Error struct{ Type, Message string } }
+	var e struct {
+		Error struct{ Type, Message string }
+	}
 	if status != http.StatusPaymentRequired || json.Unmarshal(out, &e) != nil || e.Error.Type != "budget_exhausted" {
 		t.Fatalf("%d %s", status, out)
 	}
@@ -260,7 +262,9 @@ func TestResponsesRefused(t *testing.T) {
 		"not JSON":             {[]byte("{"), "not a JSON object"},
 	} {
 		status, out := call(t, r.srv.URL, "/v1/responses", tok, tc.body, nil)
-		var e struct{ Error struct{ Type, Message string } }
+		var e struct {
+			Error struct{ Type, Message string }
+		}
 		if status != http.StatusBadRequest || json.Unmarshal(out, &e) != nil || e.Error.Type != "invalid_request_error" || !strings.Contains(e.Error.Message, tc.want) {
 			t.Errorf("%s: %d %s", name, status, out)
 		}
