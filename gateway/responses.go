@@ -270,49 +270,72 @@ type responsesPartAcc struct {
 
 // Event takes the data of one event (its type is in the data).
 func (a *responsesAssembler) Event(data []byte) (chunkInfo, error) {
+	// Objects are kept raw and read only by the events that use them:
+	// most events are deltas.
 	var e struct {
-		Type         string                     `json:"type"`
-		Response     map[string]json.RawMessage `json:"response"`
-		OutputIndex  int                        `json:"output_index"`
-		ContentIndex int                        `json:"content_index"`
-		SummaryIndex int                        `json:"summary_index"`
-		Item         map[string]json.RawMessage `json:"item"`
-		Part         struct {
-			Type string `json:"type"`
-		} `json:"part"`
-		Delta string `json:"delta"`
+		Type         string          `json:"type"`
+		Response     json.RawMessage `json:"response"`
+		OutputIndex  int             `json:"output_index"`
+		ContentIndex int             `json:"content_index"`
+		SummaryIndex int             `json:"summary_index"`
+		Item         json.RawMessage `json:"item"`
+		Part         json.RawMessage `json:"part"`
+		Delta        string          `json:"delta"`
 	}
 	if err := json.Unmarshal(data, &e); err != nil {
 		return chunkInfo{}, fmt.Errorf("stream event: %w", err)
+	}
+	object := func(raw json.RawMessage) (map[string]json.RawMessage, error) {
+		var m map[string]json.RawMessage
+		if len(raw) == 0 {
+			return nil, nil
+		}
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, fmt.Errorf("%s: %w", e.Type, err)
+		}
+		return m, nil
 	}
 	item := func() (*responsesItemAcc, error) { return slot(&a.items, e.OutputIndex, maxBlocks, "output item") }
 	var info chunkInfo
 	switch e.Type {
 	case "response.created":
-		a.created = e.Response
+		r, err := object(e.Response)
+		if err != nil {
+			return info, err
+		}
+		a.created = r
 	case "response.completed", "response.incomplete", "response.failed":
-		a.final, a.done = e.Response, true
+		a.done = true
 		info.Done = true
-		var r struct {
+		r, err := object(e.Response)
+		if err != nil {
+			return info, err
+		}
+		a.final = r
+		var u struct {
 			Usage *responsesUsage `json:"usage"`
 		}
-		if raw, ok := e.Response["usage"]; ok {
-			if err := json.Unmarshal(raw, &r.Usage); err != nil {
+		if raw, ok := r["usage"]; ok {
+			if err := json.Unmarshal(raw, &u.Usage); err != nil {
 				a.usageErr = fmt.Errorf("%s usage: %w", e.Type, err)
 				return info, a.usageErr
 			}
 		}
-		if r.Usage != nil {
-			u, err := r.Usage.usage()
-			a.usage, a.usageErr = &u, err
+		if u.Usage != nil {
+			usage, err := u.Usage.usage()
+			a.usage, a.usageErr = &usage, err
 		}
 	case "response.output_item.added", "response.output_item.done":
 		it, err := item()
 		if err != nil {
 			return info, err
 		}
-		if e.Item != nil {
-			it.item = e.Item
+		m, err := object(e.Item)
+		if err != nil {
+			return info, err
+		}
+		if m != nil {
+			it.item = m
 		}
 		it.done = it.done || e.Type == "response.output_item.done"
 		info.Token = e.Type == "response.output_item.done"
@@ -325,7 +348,15 @@ func (a *responsesAssembler) Event(data []byte) (chunkInfo, error) {
 		if err != nil {
 			return info, err
 		}
-		p.typ = cmpOr(p.typ, e.Part.Type)
+		var part struct {
+			Type string `json:"type"`
+		}
+		if len(e.Part) > 0 {
+			if err := json.Unmarshal(e.Part, &part); err != nil {
+				return info, fmt.Errorf("%s: %w", e.Type, err)
+			}
+		}
+		p.typ = cmpOr(p.typ, part.Type)
 	case "response.output_text.delta", "response.refusal.delta":
 		it, err := item()
 		if err != nil {

@@ -305,3 +305,18 @@ func FuzzResponsesUsage(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkResponsesAssemblerDelta is the gateway's work on the most
+// common event of a Responses stream.
+//
+//	go test -run '^$' -bench ResponsesAssemblerDelta ./gateway/
+func BenchmarkResponsesAssemblerDelta(b *testing.B) {
+	ev := []byte(`{"content_index":0,"delta":" tok","item_id":"msg_0123456789abcdef01234567","logprobs":[],"output_index":1,"sequence_number":1234,"type":"response.output_text.delta"}`)
+	a := &responsesAssembler{}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := a.Event(ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
