@@ -302,3 +302,37 @@ func TestResponsesReplay(t *testing.T) {
 		t.Fatalf("replay records %+v", traj)
 	}
 }
+
+// TestResponsesProviderRefusals: a provider's 429 passes through as it
+// came; a provider that refuses the gateway's key (and echoes it) is a
+// 502 naming no key, nothing charged, no recorded body holding the key.
+func TestResponsesProviderRefusals(t *testing.T) {
+	script := modelsim.Script{Rules: []modelsim.Rule{
+		{When: modelsim.Cond{AnyContains: "rate"}, Reply: modelsim.Reply{Status: 429, Error: "slow down"}}}}
+	r := newRigWith(t, script, modelsim.Options{APIKey: openAIKey}, func(c *gateway.Config) {
+		c.Providers = append(c.Providers, gateway.Provider{Name: "wrong-key", API: gateway.APIOpenAI, BaseURL: c.Providers[0].BaseURL, Key: "sk-wrong-SECRET-key-0000000000"})
+		c.Models = append(c.Models, gateway.Model{Name: "gpt-wrong", Provider: "wrong-key", Price: gptPrice, MaxOutput: 100})
+	})
+	tok := r.grant(t, "at-1", gateway.USD, nil)
+	status, body := call(t, r.srv.URL, "/v1/responses", tok, codexTurn(true, map[string]any{"role": "user", "content": "rate me"}), nil)
+	if status != http.StatusTooManyRequests || !bytes.Contains(body, []byte("slow down")) {
+		t.Fatalf("a provider's 429: %d %s", status, body)
+	}
+	wrong := codexTurn(false)
+	wrong["model"] = "gpt-wrong"
+	status, body = call(t, r.srv.URL, "/v1/responses", tok, wrong, nil)
+	if status != http.StatusBadGateway || bytes.Contains(body, []byte("SECRET")) || !bytes.Contains(body, []byte("credentials")) {
+		t.Fatalf("a refused provider key: %d %s", status, body)
+	}
+	if s := spent(t, r, "attempt/at-1"); s != 0 {
+		t.Fatalf("refused calls charged %v", s)
+	}
+	if tr := trajectory(t, r, "at-1"); len(tr) != 2 || tr[0].Status != http.StatusTooManyRequests || tr[1].Status != http.StatusBadGateway {
+		t.Fatalf("recorded %+v", tr)
+	}
+	for id, b := range r.rec.Blobs() {
+		if bytes.Contains(b, []byte("SECRET")) {
+			t.Fatalf("recorded blob %s holds a provider key: %s", id, b)
+		}
+	}
+}
