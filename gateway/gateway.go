@@ -529,7 +529,9 @@ func (g *Gateway) relayStream(w http.ResponseWriter, a adapter, rt route, req ca
 			}
 		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
+			// A client that leaves as soon as the last event came (Codex
+			// does) cancels the read of the stream's end: not a problem.
+			if !errors.Is(err, io.EOF) && !(asm.Complete() && errors.Is(err, context.Canceled)) {
 				problems = append(problems, "reading the stream: "+err.Error())
 			}
 			break

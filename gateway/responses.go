@@ -37,7 +37,8 @@ var unsupportedResponses = map[string]string{
 	"prompt":               "stored prompt templates live at the provider: their content can be neither bounded nor recorded",
 }
 
-// responsesToolTypes are the tool types an agent runs itself: the
+// responsesToolTypes are the tool types an agent runs itself (and
+// namespaces of function and custom tools): the
 // provider's own tools (web_search, file_search, code_interpreter,
 // image_generation, computer use, remote MCP) bill per use and are
 // refused.
@@ -95,14 +96,27 @@ func parseResponsesRequest(body []byte) (callRequest, error) {
 		return r, fmt.Errorf("service_tier %q is not supported by the gateway: prices are the standard tier's", tier)
 	}
 	var tools []struct {
-		Type string `json:"type"`
+		Type  string `json:"type"`
+		Tools []struct {
+			Type string `json:"type"`
+		} `json:"tools"`
 	}
 	if err := jsonField(r.fields, "tools", &tools); err != nil {
 		return r, err
 	}
 	for i, t := range tools {
+		if t.Type == "namespace" {
+			// A namespace groups the agent's own tools (Codex's sub-agent
+			// functions).
+			for j, nt := range t.Tools {
+				if nt.Type != "function" && nt.Type != "custom" {
+					return r, fmt.Errorf("tools[%d].tools[%d]: type %q is not supported by the gateway (a namespace may hold only function and custom tools, which the agent runs)", i, j, nt.Type)
+				}
+			}
+			continue
+		}
 		if !slices.Contains(responsesToolTypes, t.Type) {
-			return r, fmt.Errorf("tools[%d]: type %q is not supported by the gateway (only function, custom and local_shell tools, which the agent runs; the provider's own tools bill per use)", i, t.Type)
+			return r, fmt.Errorf("tools[%d]: type %q is not supported by the gateway (only function, custom, local_shell and namespace tools, which the agent runs; the provider's own tools bill per use)", i, t.Type)
 		}
 	}
 	var maxOut *int64

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/repronet/repronet/gateway"
 	"github.com/repronet/repronet/internal/modelsim"
@@ -334,5 +336,36 @@ func TestResponsesProviderRefusals(t *testing.T) {
 		if bytes.Contains(b, []byte("SECRET")) {
 			t.Fatalf("recorded blob %s holds a provider key: %s", id, b)
 		}
+	}
+}
+
+// TestResponsesClientLeavesAtTheEnd: a client that closes its stream as
+// soon as response.completed came (Codex does), while the provider is
+// slow to end the stream, leaves a whole call: its usage charged, no
+// error recorded.
+func TestResponsesClientLeavesAtTheEnd(t *testing.T) {
+	r := newRig(t, modelsim.Sequence(modelsim.Reply{Content: "The answer is 42.", Usage: modelsim.Usage{Prompt: 900, Cached: 600},
+		LingerAfter: 10 * time.Second}), nil)
+	tok := r.grant(t, "at-1", gateway.USD, nil)
+	b, _ := json.Marshal(codexTurn(true))
+	req, _ := http.NewRequest(http.MethodPost, r.srv.URL+"/v1/responses", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() && !strings.Contains(sc.Text(), `"type":"response.completed"`) {
+	}
+	resp.Body.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	var calls []gateway.TrajectoryCall
+	for len(calls) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		calls = trajectory(t, r, "at-1")
+	}
+	want := cost(gptPrice, 900, 600, 0, 4)
+	if len(calls) != 1 || calls[0].Error != "" || !calls[0].UsageReported || calls[0].Charged != want {
+		t.Fatalf("recorded %+v, want no error and a charge of %v", calls, want)
 	}
 }

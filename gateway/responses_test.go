@@ -44,6 +44,8 @@ func TestParseResponsesRequest(t *testing.T) {
 		{"background", `{"model":"m","input":"hi","background":true}`, "background", 0, 0, false},
 		{"web search", `{"model":"m","input":"hi","tools":[{"type":"function","name":"f"},{"type":"web_search","external_web_access":false}]}`, `tools[1]: type "web_search"`, 0, 0, false},
 		{"image generation", `{"model":"m","input":"hi","tools":[{"type":"image_generation"}]}`, `type "image_generation"`, 0, 0, false},
+		{"namespace of functions", `{"model":"m","input":"hi","tools":[{"type":"namespace","name":"multi_agent_v1","tools":[{"type":"function","name":"spawn_agent"}]}]}`, "", 0, 0, false},
+		{"namespace with a provider's tool", `{"model":"m","input":"hi","tools":[{"type":"namespace","name":"x","tools":[{"type":"function","name":"f"},{"type":"web_search"}]}]}`, `tools[0].tools[1]: type "web_search"`, 0, 0, false},
 		{"item reference", `{"model":"m","input":[{"type":"item_reference","id":"msg_1"}]}`, `item type "item_reference"`, 0, 0, false},
 		{"a provider tool's item", `{"model":"m","input":[{"type":"web_search_call","action":{}}]}`, `item type "web_search_call"`, 0, 0, false},
 		{"file part", `{"model":"m","input":[{"role":"user","content":[{"type":"input_file","file_id":"f"}]}]}`, `part type "input_file"`, 0, 0, false},

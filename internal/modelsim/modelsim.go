@@ -225,6 +225,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.serveAnthropic(w, r.Context(), req, reply, p, id)
 	}
+	if req.Stream && reply.LingerAfter > 0 {
+		t := time.NewTimer(reply.LingerAfter)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+		}
+	}
 }
 
 func bearer(h string) string {

@@ -26,8 +26,12 @@ func ParseResponses(body []byte) (Request, error) {
 		Instructions string          `json:"instructions"`
 		Input        json.RawMessage `json:"input"`
 		Tools        []struct {
-			Type string `json:"type"`
-			Name string `json:"name"`
+			Type  string `json:"type"`
+			Name  string `json:"name"`
+			Tools []struct {
+				Type string `json:"type"`
+				Name string `json:"name"`
+			} `json:"tools"`
 		} `json:"tools"`
 		Stream             bool            `json:"stream"`
 		MaxOutputTokens    *int64          `json:"max_output_tokens"`
@@ -64,6 +68,13 @@ func ParseResponses(body []byte) (Request, error) {
 		case "custom":
 			req.Tools = append(req.Tools, t.Name)
 			req.CustomTools = append(req.CustomTools, t.Name)
+		case "namespace": // a group of function and custom tools
+			for _, nt := range t.Tools {
+				req.Tools = append(req.Tools, nt.Name)
+				if nt.Type == "custom" {
+					req.CustomTools = append(req.CustomTools, nt.Name)
+				}
+			}
 		default: // local_shell and the provider's tools go by their type
 			req.Tools = append(req.Tools, t.Type)
 		}

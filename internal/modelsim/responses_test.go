@@ -27,6 +27,8 @@ func codexRequest(stream bool, input ...any) map[string]any {
 				"properties": map[string]any{"command": map[string]any{"type": "array", "items": map[string]any{"type": "string"}}}}},
 			map[string]any{"type": "custom", "name": "apply_patch", "format": map[string]any{"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
 			map[string]any{"type": "local_shell"},
+			map[string]any{"type": "namespace", "name": "multi_agent_v1", "description": "sub-agents",
+				"tools": []any{map[string]any{"type": "function", "name": "spawn_agent", "parameters": map[string]any{"type": "object"}}}},
 		},
 		"tool_choice": "auto", "parallel_tool_calls": false, "reasoning": map[string]any{"effort": "medium", "summary": "auto"},
 		"store": false, "stream": stream, "include": []any{"reasoning.encrypted_content"}, "prompt_cache_key": "conv-1",
@@ -71,7 +73,7 @@ func TestParseResponses(t *testing.T) {
 	if req.Turn() != 2 || !req.Stream || !req.IncludeUsage || !req.EncryptedReasoning || req.ToolChoice != "auto" || req.API != "responses" {
 		t.Fatalf("request %+v (turn %d)", req, req.Turn())
 	}
-	if !slices.Equal(req.Tools, []string{"shell", "apply_patch", "local_shell"}) || !slices.Equal(req.CustomTools, []string{"apply_patch"}) {
+	if !slices.Equal(req.Tools, []string{"shell", "apply_patch", "local_shell", "spawn_agent"}) || !slices.Equal(req.CustomTools, []string{"apply_patch"}) {
 		t.Fatalf("tools %v, custom %v", req.Tools, req.CustomTools)
 	}
 	if !(Cond{ToolResultContains: "patched", API: "responses", Turn: 2}).Holds(req) {

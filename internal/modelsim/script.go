@@ -102,6 +102,10 @@ type Reply struct {
 	// CutAfter ends a stream abruptly (no final events) after this many
 	// tokens; 0: never.
 	CutAfter int `json:"cut_after,omitempty"`
+	// LingerAfter keeps a stream open this long after its last event
+	// before ending it (a provider slow to close), unless the client
+	// goes first.
+	LingerAfter time.Duration `json:"linger_after,omitempty"`
 }
 
 // ToolCall is a call the assistant makes; Arguments is a JSON object.
