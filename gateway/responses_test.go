@@ -26,6 +26,22 @@ const codexBody = `{"model":"m","instructions":"You are Codex.","input":[` +
 	`"tool_choice":"auto","parallel_tool_calls":false,"reasoning":{"effort":"medium","summary":"auto"},"store":false,"stream":true,` +
 	`"include":["reasoning.encrypted_content"],"prompt_cache_key":"conv-1","text":{"verbosity":"low"}}`
 
+// codex169Body has the shape of Codex CLI 0.169.0's second request of a
+// turn (captured through the gateway; the text here is made up): items
+// with their ids, a reasoning item with content null, exec_command and
+// a namespace of sub-agent functions, client_metadata.
+const codex169Body = `{"model":"m","stream":true,"tool_choice":"auto","parallel_tool_calls":true,"reasoning":{"summary":"auto"},` +
+	`"store":false,"include":["reasoning.encrypted_content"],"prompt_cache_key":"0199","client_metadata":{"session_id":"0199","turn_id":"0200"},` +
+	`"input":[{"type":"message","id":"msg_1","role":"developer","content":[{"type":"input_text","text":"<permissions>"}]},` +
+	`{"type":"message","id":"msg_2","role":"user","content":[{"type":"input_text","text":"What is the answer?"}]},` +
+	`{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"run it"}],"content":null,"encrypted_content":"gAAA"},` +
+	`{"type":"message","status":"completed","id":"msg_3","role":"assistant","content":[{"type":"output_text","text":"Running."}]},` +
+	`{"type":"function_call","status":"completed","id":"fc_1","name":"exec_command","arguments":"{\"cmd\":\"echo hi\"}","call_id":"call_1"},` +
+	`{"type":"function_call_output","id":"fco_1","call_id":"call_1","output":"Process exited with code 0\nhi"}],` +
+	`"tools":[{"type":"function","name":"exec_command","description":"Runs a command.","strict":false,"parameters":{"type":"object"}},` +
+	`{"type":"function","name":"write_stdin","description":"Writes.","strict":false,"parameters":{"type":"object"}},` +
+	`{"type":"namespace","name":"multi_agent_v1","description":"Sub-agents.","tools":[{"type":"function","name":"spawn_agent","description":"Spawns.","strict":false,"parameters":{"type":"object"}}]}]}`
+
 func TestParseResponsesRequest(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -36,6 +52,7 @@ func TestParseResponsesRequest(t *testing.T) {
 		stream    bool
 	}{
 		{"codex", codexBody, "", 0, 2, true},
+		{"codex 0.169.0", codex169Body, "", 0, 0, true},
 		{"string input, bounded", `{"model":"m","input":"hi","max_output_tokens":300}`, "", 300, 0, false},
 		{"easy message without type", `{"model":"m","input":[{"role":"user","content":"hi"}],"store":true}`, "", 0, 0, false},
 		{"previous response", `{"model":"m","input":"hi","previous_response_id":"resp_1"}`, "previous_response_id", 0, 0, false},
@@ -274,6 +291,7 @@ func FuzzResponsesStream(f *testing.F) {
 
 func FuzzResponsesRequest(f *testing.F) {
 	f.Add([]byte(codexBody))
+	f.Add([]byte(codex169Body))
 	f.Add([]byte(`{"model":"m","input":[{"role":"user","content":[{"type":"input_image"}]}],"max_output_tokens":5,"store":true}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := parseResponsesRequest(b)

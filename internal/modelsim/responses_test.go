@@ -245,3 +245,26 @@ func FuzzParseResponses(f *testing.F) {
 		}
 	})
 }
+
+// TestParseCodex169: the shape of Codex CLI 0.169.0's requests (items
+// with ids, reasoning content null, exec_command, a namespace of
+// sub-agent functions) reads as a conversation at its second turn.
+func TestParseCodex169(t *testing.T) {
+	body := `{"model":"m","stream":true,"tool_choice":"auto","parallel_tool_calls":true,"reasoning":{"summary":"auto"},"store":false,` +
+		`"include":["reasoning.encrypted_content"],"client_metadata":{"session_id":"0199"},` +
+		`"input":[{"type":"message","id":"msg_1","role":"developer","content":[{"type":"input_text","text":"<permissions>"}]},` +
+		`{"type":"message","id":"msg_2","role":"user","content":[{"type":"input_text","text":"What is the answer?"}]},` +
+		`{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"run it"}],"content":null,"encrypted_content":"gAAA"},` +
+		`{"type":"message","status":"completed","id":"msg_3","role":"assistant","content":[{"type":"output_text","text":"Running."}]},` +
+		`{"type":"function_call","status":"completed","id":"fc_1","name":"exec_command","arguments":"{\"cmd\":\"echo hi\"}","call_id":"call_1"},` +
+		`{"type":"function_call_output","id":"fco_1","call_id":"call_1","output":"Process exited with code 0\nhi"}],` +
+		`"tools":[{"type":"function","name":"exec_command","parameters":{}},{"type":"namespace","name":"multi_agent_v1","tools":[{"type":"function","name":"spawn_agent"}]}]}`
+	req, err := ParseResponses([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Turn() != 2 || !(Cond{LastRole: "tool", ToolResultContains: "hi", ToolOffered: "spawn_agent"}).Holds(req) ||
+		req.Messages[2].ToolCalls[0].Name != "exec_command" || req.Messages[3].ToolCallID != "call_1" {
+		t.Fatalf("%+v", req)
+	}
+}
