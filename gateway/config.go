@@ -17,7 +17,8 @@ const (
 	// APIOpenAI is OpenAI's chat completions: the provider's base URL is
 	// what OpenAI's clients take as base_url (e.g.
 	// https://api.openai.com/v1, or a vLLM server's http://host:8000/v1);
-	// calls go to base + "/chat/completions".
+	// calls go to base + "/chat/completions", Responses API calls to
+	// base + "/responses".
 	APIOpenAI = "openai"
 	// APIAnthropic is Anthropic's Messages API: the base URL is what
 	// Anthropic's clients take (https://api.anthropic.com); calls go to
@@ -205,6 +206,8 @@ type route struct {
 	provider Provider
 	price    Price
 	endpoint string // the provider's URL for the model's API
+	// responses is an OpenAI provider's Responses URL.
+	responses string
 }
 
 // compiled is a validated configuration.
@@ -294,7 +297,8 @@ func (c Config) compile() (compiled, error) {
 				errs = append(errs, fmt.Errorf("%s: upstream %q of a Gemini model must be one path segment without ':'", name, m.Upstream))
 			}
 		}
-		out.routes[m.Name] = route{model: m, provider: p, price: price, endpoint: endpoint}
+		responses := strings.TrimSuffix(p.BaseURL, "/") + "/responses"
+		out.routes[m.Name] = route{model: m, provider: p, price: price, endpoint: endpoint, responses: responses}
 	}
 	if err := out.limits.validate(); err != nil {
 		errs = append(errs, err)

@@ -10,7 +10,8 @@
 // in order and free (replay.go).
 //
 // It serves OpenAI's chat completions (POST /v1/chat/completions,
-// streaming or not, tool calls passed through untouched), Anthropic's
+// streaming or not, tool calls passed through untouched), OpenAI's
+// Responses API (POST /v1/responses, responses.go), Anthropic's
 // Messages API (POST /v1/messages), Google's Gemini API (POST
 // /v1beta/models/{model}:generateContent, :streamGenerateContent and
 // :countTokens, gemini.go) and the model lists (GET /v1/models, GET
@@ -133,8 +134,9 @@ type adapter struct {
 	rewrite   func(callRequest, route, int64) ([]byte, error)
 	response  func([]byte) (Usage, bool, error)
 	assembler func() assembler
-	// endpoint, when set, is the provider's URL for the call (Gemini's
-	// depends on the method); otherwise the route's.
+	// endpoint, when set, is the provider's URL for the call (the
+	// Responses API's, or Gemini's, which depends on the method);
+	// otherwise the route's.
 	endpoint func(route) string
 }
 
@@ -168,6 +170,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.serveCall(w, r, openAIAdapter)
 	case "/v1/messages":
 		g.serveCall(w, r, anthropicAdapter)
+	case "/v1/responses":
+		g.serveCall(w, r, responsesAdapter)
 	case "/v1/models":
 		g.serveModels(w, r)
 	default:
@@ -175,7 +179,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			g.serveGemini(w, r)
 			return
 		}
-		writeAPIError(w, APIOpenAI, http.StatusNotFound, errNotFound, fmt.Sprintf("no endpoint %s (the gateway serves /v1/chat/completions, /v1/messages, /v1/models and /v1beta/models)", r.URL.Path))
+		writeAPIError(w, APIOpenAI, http.StatusNotFound, errNotFound, fmt.Sprintf("no endpoint %s (the gateway serves /v1/chat/completions, /v1/responses, /v1/messages, /v1/models and /v1beta/models)", r.URL.Path))
 	}
 }
 
@@ -539,7 +543,9 @@ func (g *Gateway) relayStream(w http.ResponseWriter, a adapter, rt route, req ca
 			}
 		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
+			// A client that leaves as soon as the last event came (Codex
+			// does) cancels the read of the stream's end: not a problem.
+			if !errors.Is(err, io.EOF) && !(asm.Complete() && errors.Is(err, context.Canceled)) {
 				problems = append(problems, "reading the stream: "+err.Error())
 			}
 			break

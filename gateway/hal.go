@@ -172,11 +172,17 @@ func halCall(task string, c TrajectoryCall) (HALCall, error) {
 			usage["cached_content_token_count"] = c.Usage.CachedInput
 			usage["total_token_count"] = add(c.Usage.Input, c.Usage.Output)
 		}
-	} else if c.UsageReported {
-		usage["prompt_tokens"] = c.Usage.Input
-		usage["completion_tokens"] = c.Usage.Output
-		usage["total_tokens"] = add(c.Usage.Input, c.Usage.Output)
-		usage["prompt_tokens_details"] = map[string]int64{"cached_tokens": c.Usage.CachedInput}
+	} else {
+		if c.API == CallOpenAIResponses {
+			op = "openai.responses.create"
+			texts = responsesTexts(c.ResponseBody)
+		}
+		if c.UsageReported {
+			usage["prompt_tokens"] = c.Usage.Input
+			usage["completion_tokens"] = c.Usage.Output
+			usage["total_tokens"] = add(c.Usage.Input, c.Usage.Output)
+			usage["prompt_tokens_details"] = map[string]int64{"cached_tokens": c.Usage.CachedInput}
+		}
 	}
 	var exception *string
 	if c.Error != "" {

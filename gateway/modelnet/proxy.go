@@ -23,6 +23,7 @@ import (
 // on the node and never sent.
 var forwarded = map[string]string{
 	"/v1/chat/completions": http.MethodPost,
+	"/v1/responses":        http.MethodPost,
 	"/v1/messages":         http.MethodPost,
 	"/v1/models":           http.MethodGet,
 }
@@ -127,7 +128,7 @@ func StartProxy(ctx context.Context, h host.Host, gateway peer.ID, addr string, 
 			method, ok = geminiMethod(r.URL.Path)
 		}
 		if !ok {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no model endpoint %s here (use /v1/chat/completions, /v1/messages or /v1beta/models/{model}:generateContent)", r.URL.Path))
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no model endpoint %s here (use /v1/chat/completions, /v1/responses, /v1/messages or /v1beta/models/{model}:generateContent)", r.URL.Path))
 			return
 		}
 		if r.Method != method {

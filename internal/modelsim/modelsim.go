@@ -1,10 +1,13 @@
 // Package modelsim is a scripted model server speaking OpenAI's chat
 // completions (POST /v1/chat/completions, streaming or not, with tool
-// calls, usage and top logprobs), Anthropic's Messages API (POST
-// /v1/messages, streaming or not, with tool use and usage) and Google's
-// Gemini API (POST /v1beta/models/{model}:generateContent,
-// :streamGenerateContent?alt=sse and :countTokens, with function calls
-// and usage metadata, cached and thinking tokens included: gemini.go). It stands in
+// calls, usage and top logprobs), OpenAI's Responses API (POST
+// /v1/responses, streaming or not, with function and custom tool calls,
+// reasoning items and usage with cached and reasoning tokens;
+// responses.go), Anthropic's Messages API (POST /v1/messages, streaming
+// or not, with tool use and usage) and Google's Gemini API (POST
+// /v1beta/models/{model}:generateContent, :streamGenerateContent?alt=sse
+// and :countTokens, with function calls and usage metadata, cached and
+// thinking tokens included: gemini.go). It stands in
 // for every model provider in tests, benchmarks and the demo; nothing in
 // repronet calls a real provider in a test.
 //
@@ -172,6 +175,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		api = "openai"
 	case r.URL.Path == "/v1/messages":
 		api = "anthropic"
+	case r.URL.Path == "/v1/responses":
+		api = "responses"
 	case isGemini:
 		api = "gemini"
 	default:
@@ -189,7 +194,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.opts.APIKey != "" {
 		got := r.Header.Get("x-api-key")
 		switch api {
-		case "openai":
+		case "openai", "responses":
 			got = bearer(r.Header.Get("Authorization"))
 		case "gemini":
 			got = geminiKey(r)
@@ -203,6 +208,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch api {
 	case "anthropic":
 		parse = ParseAnthropic
+	case "responses":
+		parse = ParseResponses
 	case "gemini":
 		if gmMethod == "countTokens" {
 			serveGeminiCount(w, body)
@@ -229,10 +236,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch api {
 	case "openai":
 		s.serveOpenAI(w, r.Context(), req, reply, p, id)
+	case "responses":
+		s.serveResponses(w, r.Context(), req, reply, p, id)
 	case "anthropic":
 		s.serveAnthropic(w, r.Context(), req, reply, p, id)
 	default:
 		s.serveGemini(w, r.Context(), req, reply, p, id)
+	}
+	if req.Stream && reply.LingerAfter > 0 {
+		t := time.NewTimer(reply.LingerAfter)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+		}
 	}
 }
 

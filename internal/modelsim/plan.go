@@ -38,6 +38,7 @@ func Tokens(s string) []string {
 // the tool calls with their argument tokens, why it stopped and the usage
 // it reports.
 type plan struct {
+	reasoning []string
 	content   []string
 	calls     []plannedCall
 	truncated bool // stopped at max_tokens
@@ -52,7 +53,7 @@ type plannedCall struct {
 
 // sent is how many tokens the plan sends.
 func (p plan) sent() int64 {
-	n := int64(len(p.content))
+	n := int64(len(p.reasoning) + len(p.content))
 	for _, c := range p.calls {
 		n += 1 + int64(len(c.args))
 	}
@@ -72,11 +73,16 @@ func planReply(r Reply, req Request) plan {
 	if req.MaxTokens > 0 && !r.IgnoreMaxTokens {
 		limit = req.MaxTokens
 	}
-	if int64(len(p.content)) > limit {
-		p.content = p.content[:limit]
+	p.reasoning = Tokens(r.Reasoning)
+	if int64(len(p.reasoning)) > limit {
+		p.reasoning = p.reasoning[:limit]
 		p.truncated = true
 	}
-	used := int64(len(p.content))
+	if room := limit - int64(len(p.reasoning)); int64(len(p.content)) > room {
+		p.content = p.content[:room]
+		p.truncated = true
+	}
+	used := int64(len(p.reasoning) + len(p.content))
 	calls := r.ToolCalls
 	if req.ToolChoice == "none" {
 		calls = nil

@@ -32,7 +32,8 @@ type Cond struct {
 	Turn int `json:"turn,omitempty"`
 	// Model is the model the request names.
 	Model string `json:"model,omitempty"`
-	// API is "openai", "anthropic" or "gemini".
+	// API is "openai" (chat completions), "responses" (OpenAI's
+	// Responses API), "anthropic" or "gemini".
 	API string `json:"api,omitempty"`
 	// LastRole is the role of the last message: system, user, assistant
 	// or tool (a tool result, in either API).
@@ -57,6 +58,13 @@ type Reply struct {
 	Content string `json:"content,omitempty"`
 	// ToolCalls are tool calls the assistant makes after its text.
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// Reasoning is the model's reasoning before its text; its tokens are
+	// output tokens (reasoning tokens in the Responses API's usage). The
+	// Responses API shows it as a reasoning item (its summary, and its
+	// encrypted_content when the request includes
+	// reasoning.encrypted_content); the other APIs keep it hidden, as
+	// reasoning models do, and only count it.
+	Reasoning string `json:"reasoning,omitempty"`
 	// Usage overrides the token counts the server reports; a zero field is
 	// computed (prompt: a quarter of the request body's bytes, rounded up;
 	// completion: the tokens sent).
@@ -94,6 +102,10 @@ type Reply struct {
 	// CutAfter ends a stream abruptly (no final events) after this many
 	// tokens; 0: never.
 	CutAfter int `json:"cut_after,omitempty"`
+	// LingerAfter keeps a stream open this long after its last event
+	// before ending it (a provider slow to close), unless the client
+	// goes first.
+	LingerAfter time.Duration `json:"linger_after,omitempty"`
 }
 
 // ToolCall is a call the assistant makes; Arguments is a JSON object.
@@ -137,10 +149,17 @@ type Message struct {
 
 // Request is a request as the script sees it.
 type Request struct {
-	API      string // "openai", "anthropic" or "gemini"
+	API      string // "openai", "responses", "anthropic" or "gemini"
 	Model    string
 	Messages []Message
 	Tools    []string // names of the tools offered
+	// CustomTools are the names of the Responses API's custom (freeform)
+	// tools offered: a call to one is a custom_tool_call whose input is
+	// the call's arguments.
+	CustomTools []string
+	// EncryptedReasoning: a Responses request that includes
+	// reasoning.encrypted_content.
+	EncryptedReasoning bool
 	// ToolChoice is "auto" (also when the request says nothing), "none",
 	// "required" or "tool:NAME"; with "none" replies make no tool calls.
 	ToolChoice string
