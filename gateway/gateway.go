@@ -61,7 +61,8 @@ type Gateway struct {
 	onExhausted func(context.Context, Grant, *BudgetError)
 	secrets     [][]byte
 
-	chains *chains
+	chains  *chains
+	replays *replayBook
 }
 
 // maxKeptHeads bounds the chain heads kept in memory.
@@ -109,7 +110,8 @@ func New(cfg Config, auth Authorizer, ledger Ledger, rec Recorder, opts ...Optio
 	}
 	g := &Gateway{routes: c.routes, limits: c.limits, auth: auth, ledger: ledger, rec: rec,
 		client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
-		log:    slog.New(slog.DiscardHandler), now: time.Now, chains: &chains{heads: map[string]string{}}}
+		log:    slog.New(slog.DiscardHandler), now: time.Now, chains: &chains{heads: map[string]string{}},
+		replays: &replayBook{states: map[string]*replayState{}}}
 	for _, o := range opts {
 		o(g)
 	}

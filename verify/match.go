@@ -227,8 +227,8 @@ func (m *Matcher) Release(x Match) { m.used[x.Recorded] = false }
 // Resume replays a pairing made earlier (after a restart, from the
 // replay's records): the call e was given recorded exchange i's answer.
 func (m *Matcher) Resume(e Exchange, i int) error {
-	if i < 0 || i >= len(m.cands) || !m.cands[i].answered {
-		return fmt.Errorf("resume a replay: recorded exchange %d is not an answered one", i)
+	if i < 0 || i >= len(m.cands) || !m.cands[i].answered || m.used[i] {
+		return fmt.Errorf("resume a replay: recorded exchange %d is not an answered one left", i)
 	}
 	req, _, _ := readLenient(e)
 	x := Match{Recorded: i, p: m.rep.place(req, digests(req))}
