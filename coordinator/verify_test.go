@@ -32,6 +32,22 @@ func trajectoryOf(attempt, toolOut, submitted string) []gateway.TrajectoryCall {
 	return out
 }
 
+// withSideCall is calls with a title request (a conversation of its own)
+// made between the first and the second, chained again as the gateway
+// chains them in arrival order.
+func withSideCall(attempt string, calls []gateway.TrajectoryCall) []gateway.TrajectoryCall {
+	side := gateway.TrajectoryCall{Call: gateway.Call{Attempt: attempt, API: gateway.CallOpenAIChat, Status: 200},
+		RequestBody:  []byte(`{"model":"m","messages":[{"role":"system","content":"Write a title."},{"role":"user","content":"Reproduce."}]}`),
+		ResponseBody: []byte(`{"choices":[{"message":{"role":"assistant","content":"Reproducing"}}]}`)}
+	out := append([]gateway.TrajectoryCall{calls[0], side}, calls[1:]...)
+	head := verify.Genesis(attempt)
+	for i := range out {
+		head = verify.Link(head, out[i].RequestBody, out[i].ResponseBody)
+		out[i].Seq, out[i].Chain = i, head
+	}
+	return out
+}
+
 func TestBindReason(t *testing.T) {
 	calls := trajectoryOf("at-1", "accuracy 0.93456", `{"answers":{"acc":0.9346}}`)
 	head := calls[1].Chain
@@ -39,6 +55,7 @@ func TestBindReason(t *testing.T) {
 		return []verify.Answer{{Name: "report.json#acc", Value: json.RawMessage(v)}}
 	}
 	rewritten := trajectoryOf("at-1", "accuracy 0.97210", `{"answers":{"acc":0.9346}}`)
+	side := withSideCall("at-1", calls)
 	for _, tc := range []struct {
 		name   string
 		signed string
@@ -52,13 +69,15 @@ func TestBindReason(t *testing.T) {
 		{"report.json edited after the agent stopped", head, calls, ans("0.9721"), "report.json#acc"},
 		{"a head the gateway never gave", strings.Repeat("0", 64), calls, ans("0.9346"), "never gave"},
 		{"an earlier turn rewritten", head, append(calls, rewritten[1]), ans("0.9721"), "otherwise than request 1 did"},
+		{"a side conversation between two calls", side[2].Chain, side, ans("0.9346"), ""},
+		{"a side conversation, then a turn rewritten", side[2].Chain, append(side, rewritten[1]), ans("0.9721"), "otherwise than request 2 did"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, rw := bindReason("at-1", tc.signed, tc.calls, tc.ans)
 			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
 				t.Fatalf("reason %q, want %q", got, tc.want)
 			}
-			if want := tc.name == "an earlier turn rewritten"; rw != want {
+			if want := strings.Contains(tc.name, "rewritten"); rw != want {
 				t.Fatalf("rewritten %v, want %v", rw, want)
 			}
 		})
