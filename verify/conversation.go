@@ -35,6 +35,9 @@ type Place struct {
 	// From is the index of the first message the request adds: past the
 	// extended request and its answer (0 when it extends none).
 	From int `json:"from"`
+	// Retried: the exchange failed and a later request repeats it whole
+	// (its retry stands for it).
+	Retried bool `json:"retried,omitempty"`
 }
 
 // Conversations are an attempt's exchanges split into conversations.
@@ -106,13 +109,21 @@ func newSplitter() *splitter {
 	return &splitter{ext: map[prefixKey][]int{}, seen: map[prefixKey]bool{}, tipOf: map[int]int{}, pos: map[int]int{}, next: map[int]int{}}
 }
 
+// findingKind is what is wrong with a request's place ("": nothing).
+type findingKind string
+
+const (
+	findRewrite findingKind = "rewrite"
+	findFork    findingKind = "fork"
+)
+
 // placed is a request's place before it is committed, and the finding it
-// makes ("" for none).
+// makes.
 type placed struct {
 	Place
 	n    int
 	full digest // the request's digest
-	kind string
+	kind findingKind
 	// fork: the exchange continued twice and the one that continued it
 	// first.
 	forkOf, firstNext int
@@ -138,12 +149,12 @@ func (s *splitter) place(req []Message, ds []digest) placed {
 		j := js[len(js)-1]
 		p.Prev, p.From = j, a+1
 		if !retry {
-			p.kind, p.forkOf, p.firstNext = "fork", j, s.next[j]
+			p.kind, p.forkOf, p.firstNext = findFork, j, s.next[j]
 		}
 		return p
 	}
 	if !retry {
-		p.kind = FindingRewrite
+		p.kind = findRewrite
 	}
 	return p
 }
@@ -184,14 +195,22 @@ func (s *splitter) commit(id int, p placed, answer *Message) Place {
 func Split(t Turns) Conversations {
 	s := newSplitter()
 	out := Conversations{Places: make([]Place, len(t.Requests))}
+	failed := map[digest][]int{} // failed requests not repeated yet
 	for i, req := range t.Requests {
 		p := s.place(req, digests(req))
+		for _, f := range failed[p.full] {
+			out.Places[f].Retried = true
+		}
+		delete(failed, p.full)
 		var ans *Message
 		if t.Answers[i].Role == RoleAssistant {
 			ans = &t.Answers[i]
 		}
 		pl := s.commit(i, p, ans)
 		out.Places[i] = pl
+		if ans == nil {
+			failed[p.full] = append(failed[p.full], i)
+		}
 		if ans != nil {
 			if pl.Conv == len(out.Convs) {
 				out.Convs = append(out.Convs, nil)
@@ -199,10 +218,10 @@ func Split(t Turns) Conversations {
 			out.Convs[pl.Conv] = append(out.Convs[pl.Conv], i)
 		}
 		switch p.kind {
-		case FindingRewrite:
+		case findRewrite:
 			out.Findings = append(out.Findings, Finding{Step: i, Kind: FindingRewrite,
 				Detail: fmt.Sprintf("request %d shows the model %d messages that extend no earlier request and its answer: earlier turns were dropped or changed", i, len(req))})
-		case "fork":
+		case findFork:
 			out.Findings = append(out.Findings, Finding{Step: i, Kind: FindingRewrite,
 				Detail: fmt.Sprintf("request %d continues exchange %d otherwise than request %d did: what the model was shown after it was changed", i, p.forkOf, p.firstNext)})
 		}
@@ -210,7 +229,7 @@ func Split(t Turns) Conversations {
 	return out
 }
 
-// Conversations splits exchanges (ReadTurns, then Split).
+// SplitExchanges splits exchanges (ReadTurns, then Split).
 func SplitExchanges(exchanges []Exchange) Conversations {
 	return Split(ReadTurns(exchanges))
 }

@@ -373,3 +373,20 @@ func FuzzSplit(f *testing.F) {
 		_ = verify.Pair(ex, ex, verify.DefaultTolerance())
 	})
 }
+
+// TestCompareRetry: a recorded call that failed (the provider erred) and
+// was retried is stood for by its retry: its tool results are compared
+// once, and a replay that never made the failed call misses nothing.
+func TestCompareRetry(t *testing.T) {
+	a := mainLoop.exchanges()
+	failed := verify.Exchange{API: a[1].API, Model: a[1].Model, Request: a[1].Request, Failed: true}
+	recorded := []verify.Exchange{a[0], failed, a[1], a[2]}
+	if sp := verify.SplitExchanges(recorded); !sp.Places[1].Retried || sp.Places[2].Retried {
+		t.Fatalf("places %+v: want the failed call retried", sp.Places)
+	}
+	j := verify.Judge(recorded, [][]verify.Exchange{a}, answers("acc", "0.9346"), verify.DefaultTolerance())
+	c := j.Comparisons[0]
+	if j.Verdict != verify.Verified || len(c.Steps) != 2 || c.Count(verify.Same) != 2 || len(c.Unreached) != 0 {
+		t.Fatalf("verdict %s (%s), comparison %+v", j.Verdict, j.Reason, c)
+	}
+}

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -133,8 +134,9 @@ func candidates(recorded []Exchange) []candidate {
 	out := make([]candidate, len(recorded))
 	for i, e := range recorded {
 		p := sp.Places[i]
+		// A copy: the rest of the request is not kept.
 		out[i] = candidate{answered: t.Answers[i].Role == RoleAssistant, api: e.API, model: e.Model, prev: p.Prev,
-			msgs: t.Requests[i][p.From:], answer: t.Answers[i]}
+			msgs: slices.Clone(t.Requests[i][p.From:]), answer: t.Answers[i]}
 	}
 	return out
 }
@@ -208,9 +210,6 @@ func (m *Matcher) noMatch(prev int) error {
 	}
 	return e
 }
-
-// Answer is the recorded answer a match gives, as a message.
-func (m *Matcher) Answer(x Match) Message { return m.cands[x.Recorded].answer }
 
 // Commit records that the replay call was given the matched answer: its
 // conversation now ends with it.

@@ -163,6 +163,9 @@ func toolResults(t Turns, places []Place) ([]ToolRef, map[ToolRef]string) {
 	var refs []ToolRef
 	text := map[ToolRef]string{}
 	for i := range t.Requests {
+		if places[i].Retried {
+			continue // its retry shows the same results
+		}
 		for n, k := range newTools(t, places, i) {
 			m := t.Requests[i][k]
 			// Positions, not message indexes, pair a replay's results:
