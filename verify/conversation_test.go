@@ -337,15 +337,23 @@ func FuzzSplit(f *testing.F) {
 			b.Write(e.Response)
 			b.WriteByte(0)
 		}
-		f.Add(b.Bytes(), false)
+		f.Add(b.Bytes(), uint8(0))
 	}
-	f.Add([]byte(`{"model":"m","system":"s","messages":[{"role":"user","content":"go"}]}`+"\x00"+`{"role":"assistant","content":[{"type":"text","text":"x"}]}`+"\x00"), true)
-	f.Add([]byte("{\x00[]\x00null\x00{}\x00"), false)
-	f.Fuzz(func(t *testing.T, data []byte, anthropic bool) {
-		api := verify.APIOpenAIChat
-		if anthropic {
-			api = verify.APIAnthropicMessages
+	for k, api := range []string{verify.APIOpenAIResponses, verify.APIGeminiGenerate} {
+		var b bytes.Buffer
+		for _, e := range apiConv(api, "Find the answer.", "42") {
+			b.Write(e.Request)
+			b.WriteByte(0)
+			b.Write(e.Response)
+			b.WriteByte(0)
 		}
+		f.Add(b.Bytes(), uint8(k+2))
+	}
+	f.Add([]byte(`{"model":"m","system":"s","messages":[{"role":"user","content":"go"}]}`+"\x00"+`{"role":"assistant","content":[{"type":"text","text":"x"}]}`+"\x00"), uint8(1))
+	f.Add([]byte("{\x00[]\x00null\x00{}\x00"), uint8(0))
+	apis := []string{verify.APIOpenAIChat, verify.APIAnthropicMessages, verify.APIOpenAIResponses, verify.APIGeminiGenerate, "other"}
+	f.Fuzz(func(t *testing.T, data []byte, which uint8) {
+		api := apis[int(which)%len(apis)]
 		parts := bytes.Split(data, []byte{0})
 		var ex []verify.Exchange
 		for i := 0; i+1 < len(parts) && len(ex) < 32; i += 2 {

@@ -13,8 +13,9 @@
 // It is pure: it takes recorded exchanges (request and answer bodies as
 // bytes) and answers as plain data and returns plain data; it reads no
 // clock, keeps no state and does no I/O. It knows the wire of OpenAI's
-// chat completions and Anthropic's Messages API only as far as reading
-// messages (messages.go); it must not know the gateway's records, a
+// chat completions and Anthropic's Messages API (messages.go), OpenAI's
+// Responses API and Gemini's generateContent (apis.go) only as far as
+// reading messages; it must not know the gateway's records, a
 // benchmark family, the coordinator's state or the network. The gateway
 // computes chain heads and serves replays with it; the coordinator judges
 // with it. docs/verification.md describes the whole.

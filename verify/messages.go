@@ -250,6 +250,10 @@ func RequestMessages(api string, body []byte) ([]Message, error) {
 			out = append(out, ms...)
 		}
 		return out, nil
+	case APIOpenAIResponses:
+		return responsesRequest(body)
+	case APIGeminiGenerate:
+		return geminiRequest(body)
 	}
 	return nil, fmt.Errorf("unknown API %q", api)
 }
@@ -290,6 +294,10 @@ func ResponseMessage(api string, body []byte) (Message, error) {
 		}
 		ms[0].Role = RoleAssistant
 		return ms[0], nil
+	case APIOpenAIResponses:
+		return responsesAnswer(body)
+	case APIGeminiGenerate:
+		return geminiAnswer(body)
 	}
 	return Message{}, fmt.Errorf("unknown API %q", api)
 }
