@@ -302,7 +302,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 	c.Request = g.put(ctx, body)
 	shape := CallShape{InputTokens: InputBound(max(len(body), len(longest)), req.Images, rt.model), Choices: req.Choices,
 		Requested: req.Requested, ModelMax: rt.model.MaxOutput, MinOutput: g.limits.MinOutputTokens}
-	res, plan, err := g.ledger.Reserve(ctx, grant.Accounts(), func(avail Money) (Plan, error) {
+	res, plan, err := g.reserve(ctx, grant.Accounts(), func(avail Money) (Plan, error) {
 		return PlanCall(avail, rt.price, shape)
 	})
 	if err != nil {

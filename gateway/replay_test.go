@@ -457,7 +457,8 @@ func TestReplayUnmatched(t *testing.T) {
 // TestBudgetCapParallel: an attempt whose conversations call at once
 // (a main loop, sub-agents, side calls) is held to its budget as one
 // calling in turn: nothing is spent past the cap, every call is charged
-// once, each conversation is refused with 402 at the end.
+// once, and each conversation is refused with 402 only when the money is
+// spent (a call whose budget is held by calls in flight waits for them).
 func TestBudgetCapParallel(t *testing.T) {
 	long := strings.Repeat("word ", 300)
 	r := newRig(t, modelsim.Sequence(modelsim.Reply{Content: long}), nil)
@@ -513,6 +514,12 @@ func TestBudgetCapParallel(t *testing.T) {
 	}
 	if len(r.sim.Requests()) != total {
 		t.Fatalf("the provider got %d requests for %d answered calls", len(r.sim.Requests()), total)
+	}
+	// The conversations were refused when the money was spent, not while
+	// calls in flight held it: a call made once they all settled is
+	// refused too.
+	if status, body := call(t, r.srv.URL, "/v1/chat/completions", tok, chatBody("gpt-sim", nil), nil); status != http.StatusPaymentRequired {
+		t.Fatalf("a call after every conversation was refused: %d %s", status, body)
 	}
 	t.Logf("%d conversations at once: %d calls answered, $%.4f spent of $%.2f", convs, total, s.USDValue(), budget.USDValue())
 }
