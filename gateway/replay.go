@@ -111,8 +111,7 @@ type replayBook struct {
 }
 
 type replayState struct {
-	attempt string
-	users   int // calls being served (under replayBook.mu)
+	users int // calls being served (under replayBook.mu)
 
 	mu sync.Mutex
 	// recorded are the recorded attempt's calls, indexed as the matcher's
@@ -134,7 +133,7 @@ func (b *replayBook) open(ctx context.Context, rec Recorder, grant Grant) (*repl
 				}
 			}
 		}
-		st = &replayState{attempt: grant.Attempt}
+		st = &replayState{}
 		b.states[grant.Attempt] = st
 	}
 	st.users++

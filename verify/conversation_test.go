@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/repronet/repronet/verify"
@@ -397,4 +398,47 @@ func TestCompareRetry(t *testing.T) {
 	if j.Verdict != verify.Verified || len(c.Steps) != 2 || c.Count(verify.Same) != 2 || len(c.Unreached) != 0 {
 		t.Fatalf("verdict %s (%s), comparison %+v", j.Verdict, j.Reason, c)
 	}
+}
+
+// BenchmarkReplayPairing: what the gateway spends pairing a long replay
+// (a main loop of 120 calls whose tool results add 2 KB each, beside a
+// sub-agent of 30 and 20 title calls): reading the recording once, then
+// pairing every call as it comes.
+func BenchmarkReplayPairing(b *testing.B) {
+	long := func(name, ids string, n int) chat {
+		c := chat{system: "You are " + name + ".", user: "Reproduce the paper.", ids: ids, final: "Done."}
+		for i := range n {
+			c.commands = append(c.commands, fmt.Sprintf("step %d", i))
+			c.outputs = append(c.outputs, fmt.Sprintf("output %d: %s\n", i, strings.Repeat("x", 2048)))
+		}
+		return c
+	}
+	convs := [][]verify.Exchange{long("an agent", "m", 120).exchanges(), long("a sub-agent", "s", 30).exchanges()}
+	order := strings.Repeat("A", 121) + strings.Repeat("B", 31)
+	for i := range 20 {
+		convs = append(convs, chat{system: "Write a title.", user: fmt.Sprintf("Turn %d.", i), final: "T"}.exchanges())
+		order += string(rune('C' + i))
+	}
+	recorded, _ := interleave(convs, order)
+	replay := make([]verify.Exchange, len(recorded))
+	for i, e := range recorded {
+		replay[len(recorded)-1-i] = strip(e) // titles first, the sub-agent, then the main loop
+	}
+	slices.SortStableFunc(replay, func(x, y verify.Exchange) int { return len(x.Request) - len(y.Request) })
+	size := 0
+	for _, e := range recorded {
+		size += len(e.Request)
+	}
+	for b.Loop() {
+		m := verify.NewMatcher(recorded, verify.DefaultTolerance())
+		for _, e := range replay {
+			x, err := m.Match(e)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m.Commit(x)
+		}
+	}
+	b.ReportMetric(float64(size)/1e6, "MB-recorded")
+	b.ReportMetric(float64(len(recorded)), "calls")
 }
