@@ -7,7 +7,7 @@
 // trajectory. It links each call into the attempt's conversation chain
 // (package verify) and returns the head after it (ChainHeader), and it
 // answers a replay attempt's calls with the recorded attempt's answers,
-// in order and free (replay.go).
+// paired by conversation, free (replay.go).
 //
 // It serves OpenAI's chat completions (POST /v1/chat/completions,
 // streaming or not, tool calls passed through untouched), Anthropic's
