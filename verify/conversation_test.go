@@ -442,3 +442,28 @@ func BenchmarkReplayPairing(b *testing.B) {
 	b.ReportMetric(float64(size)/1e6, "MB-recorded")
 	b.ReportMetric(float64(len(recorded)), "calls")
 }
+
+// TestMatcherRetried: a recorded call made twice (its first answer lost
+// to a timeout) is replayed with the answer the agent went on from.
+func TestMatcherRetried(t *testing.T) {
+	a := mainLoop.exchanges()
+	lost := a[1]
+	lost.Response = answer(msg{Role: "assistant", Content: "A lost answer."})
+	recorded := []verify.Exchange{a[0], lost, a[1], a[2]}
+	if f := verify.CheckAppendOnly(recorded); len(f) != 0 {
+		t.Fatalf("a retry is a finding: %+v", f)
+	}
+	m := verify.NewMatcher(recorded, verify.DefaultTolerance())
+	var got []int
+	for _, e := range a {
+		x, err := m.Match(strip(e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Commit(x)
+		got = append(got, x.Recorded)
+	}
+	if !slices.Equal(got, []int{0, 2, 3}) {
+		t.Fatalf("given %v, want [0 2 3]", got)
+	}
+}

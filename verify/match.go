@@ -16,8 +16,9 @@ import (
 // (as many new messages, with the same roles) and, for a start, share
 // text with it; the candidate whose messages are all the same (after
 // normalisation, numbers within tolerance: Tolerance.Same) wins, then
-// the one with the most non-tool messages the same, then the first
-// recorded. Tool results never decide a pairing: they are what
+// the one with the most non-tool messages the same, then one the agent
+// went on from (of a call retried after its answer was lost, the retry
+// it continued), then the first recorded. Tool results never decide a pairing: they are what
 // replays compare (Compare).
 
 // NoMatchError says why a replay call has no recorded call to answer it.
@@ -33,7 +34,10 @@ func (e *NoMatchError) Error() string { return e.Reason }
 
 // candidate is a recorded exchange as pairing reads it.
 type candidate struct {
-	answered   bool
+	answered bool
+	// continued: a later request extends it (the agent went on from its
+	// answer; a retried call's lost answer was not).
+	continued  bool
 	api, model string
 	prev       int
 	// msgs are the messages the request adds (all of them for a start).
@@ -43,16 +47,20 @@ type candidate struct {
 
 // pairScore ranks a candidate for a request adding msgs.
 type pairScore struct {
-	ok    bool
-	exact bool
-	same  int
+	ok        bool
+	exact     bool
+	same      int
+	continued bool
 }
 
 func (a pairScore) better(b pairScore) bool {
-	if a.exact != b.exact {
+	switch {
+	case a.exact != b.exact:
 		return a.exact
+	case a.same != b.same:
+		return a.same > b.same
 	}
-	return a.same > b.same
+	return a.continued && !b.continued
 }
 
 // score compares what a replay request adds with what a recorded one
@@ -99,6 +107,7 @@ func pick(tol Tolerance, cands []candidate, taken func(int) bool, api, model str
 			continue
 		}
 		s := score(tol, msgs, c.msgs, prev < 0)
+		s.continued = c.continued
 		if s.ok && (best < 0 || s.better(bs)) {
 			best, bs = i, s
 		}
@@ -132,10 +141,15 @@ func candidates(recorded []Exchange) []candidate {
 	}
 	sp := Split(t)
 	out := make([]candidate, len(recorded))
+	for _, p := range sp.Places {
+		if p.Prev >= 0 {
+			out[p.Prev].continued = true
+		}
+	}
 	for i, e := range recorded {
 		p := sp.Places[i]
 		// A copy: the rest of the request is not kept.
-		out[i] = candidate{answered: t.Answers[i].Role == RoleAssistant, api: e.API, model: e.Model, prev: p.Prev,
+		out[i] = candidate{continued: out[i].continued, answered: t.Answers[i].Role == RoleAssistant, api: e.API, model: e.Model, prev: p.Prev,
 			msgs: slices.Clone(t.Requests[i][p.From:]), answer: t.Answers[i]}
 	}
 	return out
