@@ -7,7 +7,7 @@
 // trajectory. It links each call into the attempt's conversation chain
 // (package verify) and returns the head after it (ChainHeader), and it
 // answers a replay attempt's calls with the recorded attempt's answers,
-// in order and free (replay.go).
+// paired by conversation, free (replay.go).
 //
 // It serves OpenAI's chat completions (POST /v1/chat/completions,
 // streaming or not, tool calls passed through untouched), OpenAI's
@@ -65,7 +65,8 @@ type Gateway struct {
 	onExhausted func(context.Context, Grant, *BudgetError)
 	secrets     [][]byte
 
-	chains *chains
+	chains  *chains
+	replays *replayBook
 }
 
 // maxKeptHeads bounds the chain heads kept in memory.
@@ -113,7 +114,8 @@ func New(cfg Config, auth Authorizer, ledger Ledger, rec Recorder, opts ...Optio
 	}
 	g := &Gateway{routes: c.routes, limits: c.limits, auth: auth, ledger: ledger, rec: rec,
 		client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
-		log:    slog.New(slog.DiscardHandler), now: time.Now, chains: &chains{heads: map[string]string{}}}
+		log:    slog.New(slog.DiscardHandler), now: time.Now, chains: &chains{heads: map[string]string{}},
+		replays: &replayBook{states: map[string]*replayState{}}}
 	for _, o := range opts {
 		o(g)
 	}
@@ -317,7 +319,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 	c.Request = g.put(ctx, body)
 	shape := CallShape{InputTokens: InputBound(max(len(body), len(longest)), req.Images, rt.model), Choices: req.Choices,
 		Requested: req.Requested, ModelMax: rt.model.MaxOutput, MinOutput: g.limits.MinOutputTokens}
-	res, plan, err := g.ledger.Reserve(ctx, grant.Accounts(), func(avail Money) (Plan, error) {
+	res, plan, err := g.reserve(ctx, grant.Accounts(), func(avail Money) (Plan, error) {
 		return PlanCall(avail, rt.price, shape)
 	})
 	if err != nil {
