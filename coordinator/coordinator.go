@@ -289,7 +289,7 @@ func (c *Config) coreConfig(self string, seed [32]byte, secret []byte, log *slog
 		MinFetchRate: c.MinFetchRate, LeaseMargin: c.LeaseMargin, AvoidAfterLeaseLoss: c.AvoidAfterLeaseLoss,
 		MaxTries: c.MaxTries, MaxLeaseLosses: c.MaxLeaseLosses, MaxDeclines: c.MaxDeclines, MaxLateReports: c.MaxLateReports,
 		UnschedulableAfter: c.UnschedulableAfter,
-		MaxLateBytes: c.MaxLateBytes, Groups: c.Groups, HalfLife: c.HalfLife, IdleCanaryEvery: c.IdleCanaryEvery,
+		MaxLateBytes:       c.MaxLateBytes, Groups: c.Groups, HalfLife: c.HalfLife, IdleCanaryEvery: c.IdleCanaryEvery,
 		CrossCheck: *c.CrossCheck, Verify: verifyPolicy(c.Verify), Allowance: *c.Allowance, OpenOperators: c.OpenOperators, Limits: c.Limits, Seed: seed,
 		IDSecret: secret, Logger: log}
 }
