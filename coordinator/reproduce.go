@@ -288,7 +288,7 @@ func (c *Coordinator) ReproStatus(ctx context.Context, id string) (ReproStatus, 
 			continue
 		}
 		line := "run: " + w.Reason
-		if w.Blocked {
+		if w.Blocked && !w.Deadline.IsZero() {
 			line += fmt.Sprintf(" (ends unschedulable at %s unless a node that can run it comes into view)",
 				w.Deadline.UTC().Truncate(time.Second).Format(time.RFC3339))
 		}

@@ -214,8 +214,11 @@ func waitingView(p accounts.Principal, a Attempt, w Waiting, ok bool) *dashboard
 	if !ok || !(w.Blocked || w.InView == 0 || (p.Scope == accounts.ScopeAdmin && a.State == StateQueued)) {
 		return nil
 	}
-	return &dashboard.Waiting{Reason: w.Reason, Attempts: 1, Blocked: w.Blocked, Since: w.Since.UTC().Truncate(time.Second),
-		Deadline: w.Deadline.UTC().Truncate(time.Second)}
+	v := &dashboard.Waiting{Reason: w.Reason, Attempts: 1, Blocked: w.Blocked}
+	if !w.Since.IsZero() {
+		v.Since, v.Deadline = w.Since.UTC().Truncate(time.Second), w.Deadline.UTC().Truncate(time.Second)
+	}
+	return v
 }
 
 // waitingSummary groups the waiting views of attempts by reason, each
@@ -234,10 +237,10 @@ func waitingSummary(ws []*dashboard.Waiting) []dashboard.Waiting {
 			by[w.Reason] = s
 		}
 		s.Attempts++
-		if w.Since.Before(s.Since) {
+		if !w.Since.IsZero() && (s.Since.IsZero() || w.Since.Before(s.Since)) {
 			s.Since = w.Since
 		}
-		if w.Deadline.Before(s.Deadline) {
+		if !w.Deadline.IsZero() && (s.Deadline.IsZero() || w.Deadline.Before(s.Deadline)) {
 			s.Deadline = w.Deadline
 		}
 	}

@@ -498,8 +498,12 @@ func writeEvalResults(w io.Writer, d dashboard.EvaluationDetail) {
 			if r.CostUSD != nil {
 				cost = fmt.Sprintf("$%.4f", *r.CostUSD)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%.1f%%\t%.1f-%.1f%%\t%d\t%s\t%.0f\t%.1fs\t%.1f%%\n", r.Agent, r.Model, 100*r.Accuracy, 100*r.AccuracyMin,
-				100*r.AccuracyMax, r.Runs, cost, r.Tokens, r.WallSeconds, 100*r.VerifiedShare)
+			acc, span := "-", "-" // no validated run: no accuracy (not 0%)
+			if r.Runs > 0 {
+				acc, span = fmt.Sprintf("%.1f%%", 100*r.Accuracy), fmt.Sprintf("%.1f-%.1f%%", 100*r.AccuracyMin, 100*r.AccuracyMax)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%.0f\t%.1fs\t%.1f%%\n", r.Agent, r.Model, acc, span, r.Runs, cost, r.Tokens,
+				r.WallSeconds, 100*r.VerifiedShare)
 		}
 		fmt.Fprintln(tw)
 	}

@@ -246,6 +246,8 @@ func TestEvalWatchWaiting(t *testing.T) {
 		default:
 			d.Progress = dashboard.Progress{Failed: 1, Total: 1, Units: 1, Decided: 1}
 			d.Attempts = []dashboard.Attempt{{State: "failed", Outcome: "unschedulable", Detail: reason + " (for 10m0s)"}}
+			d.Boards = dashboard.BuildBoards([]dashboard.Entry{{Suite: "s", Variant: "easy", Scoring: "g=1", Agent: "a", Task: "t1", Run: 1,
+				Status: "infra_failed"}})
 		}
 		json.NewEncoder(w).Encode(d)
 	})
@@ -266,5 +268,9 @@ func TestEvalWatchWaiting(t *testing.T) {
 	}
 	if !strings.Contains(got, "1 attempts unschedulable: "+reason+" (for 10m0s)") {
 		t.Errorf("no reason for the end:\n%s", got)
+	}
+	// A row without a validated run has no accuracy, not 0%.
+	if !regexp.MustCompile(`(?m)^a\s+-\s+-\s+0\s`).MatchString(got) {
+		t.Errorf("the board row of a run no node could run:\n%s", got)
 	}
 }

@@ -354,8 +354,10 @@ func (s *State) giveUp(a *Attempt, outcome, why string) {
 }
 
 // Waiting says why each unfinished attempt of ids waits at now (attempts
-// finished or unknown are left out). For a blocked attempt whose clock
-// has not started yet (no round since it was found so), Since is now.
+// finished or unknown are left out). A blocked attempt whose clock has not
+// started yet (no round of checkStuck since it was found so: at most
+// stuckCheckEvery, and the first round after an attempt is added comes
+// with the next scheduling round) has no Since or Deadline yet.
 func (s *State) Waiting(ids []string, now time.Time) map[string]Waiting {
 	f := s.newFitter(now)
 	out := map[string]Waiting{}
@@ -366,12 +368,8 @@ func (s *State) Waiting(ids []string, now time.Time) map[string]Waiting {
 		}
 		w := f.waiting(a)
 		w.Reason = f.reason(a, w)
-		if w.Blocked {
-			w.Since = a.StuckSince
-			if w.Since.IsZero() {
-				w.Since = now
-			}
-			w.Deadline = w.Since.Add(s.cfg.UnschedulableAfter)
+		if w.Blocked && !a.StuckSince.IsZero() {
+			w.Since, w.Deadline = a.StuckSince, a.StuckSince.Add(s.cfg.UnschedulableAfter)
 		}
 		out[id] = w
 	}
