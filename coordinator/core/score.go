@@ -3,7 +3,6 @@ package core
 import (
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/repronet/repronet/bench"
 	"github.com/repronet/repronet/coordinator/crosscheck"
@@ -118,7 +117,7 @@ func (s *State) copyJob(t *Attempt, id, unit string) *Attempt {
 
 // addAttempt adds a new queued attempt.
 func (s *State) addAttempt(a *Attempt) {
-	s.nextStuckCheck = time.Time{} // whether it is stuck: known at the next round
+	s.stuckSoon()
 	s.Attempts[a.ID] = a
 	s.Units[a.Unit] = append(s.Units[a.Unit], a.ID)
 	s.persistAttempt(a)

@@ -235,8 +235,9 @@ type State struct {
 	// BusyDeclines and OfferFailures count, since start, offers declined
 	// for want of a slot and offers that never got an answer.
 	BusyDeclines, OfferFailures int
-	// nextStuckCheck is the earliest time of the next checkStuck round.
-	nextStuckCheck time.Time
+	// lastStuckCheck and nextStuckCheck are when the last checkStuck round
+	// ran and the earliest the next may.
+	lastStuckCheck, nextStuckCheck time.Time
 
 	// now and fx are the time and the effects of the Step being applied.
 	now time.Time

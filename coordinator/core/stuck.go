@@ -39,8 +39,13 @@ const OutcomeUnschedulable = "unschedulable"
 const DefaultUnschedulableAfter = 10 * time.Minute
 
 // stuckCheckEvery spaces the rounds of checkStuck over the queue (a
-// scheduling round may come every half second; a long queue costs).
-const stuckCheckEvery = 2 * time.Second
+// scheduling round may come every half second; a round over a queue of
+// 250,000 costs 0.2-0.3 s: docs/scale.md); new attempts bring the next
+// round to stuckCheckSoon after the last.
+const (
+	stuckCheckEvery = 5 * time.Second
+	stuckCheckSoon  = time.Second
+)
 
 // Waiting says why an unfinished attempt waits.
 type Waiting struct {
@@ -287,7 +292,7 @@ func (s *State) checkStuck() {
 	if len(s.Queue) == 0 || s.now.Before(s.nextStuckCheck) {
 		return
 	}
-	s.nextStuckCheck = s.now.Add(stuckCheckEvery)
+	s.lastStuckCheck, s.nextStuckCheck = s.now, s.now.Add(stuckCheckEvery)
 	f := s.newFitter(s.now)
 	if len(f.nodes) == 0 {
 		return
@@ -326,6 +331,14 @@ func (s *State) checkStuck() {
 	}
 }
 
+// stuckSoon brings the next checkStuck round to stuckCheckSoon after the
+// last (attempts were added: whether they are stuck is known soon).
+func (s *State) stuckSoon() {
+	if soon := s.lastStuckCheck.Add(stuckCheckSoon); soon.Before(s.nextStuckCheck) {
+		s.nextStuckCheck = soon
+	}
+}
+
 // blockedNow reports whether a, just kept off a node for good, can no
 // longer run on any node in view (every node that could run it failed,
 // declined or must avoid it), and why.
@@ -356,8 +369,8 @@ func (s *State) giveUp(a *Attempt, outcome, why string) {
 // Waiting says why each unfinished attempt of ids waits at now (attempts
 // finished or unknown are left out). A blocked attempt whose clock has not
 // started yet (no round of checkStuck since it was found so: at most
-// stuckCheckEvery, and the first round after an attempt is added comes
-// with the next scheduling round) has no Since or Deadline yet.
+// stuckCheckEvery, stuckCheckSoon after an attempt is added) has no Since
+// or Deadline yet.
 func (s *State) Waiting(ids []string, now time.Time) map[string]Waiting {
 	f := s.newFitter(now)
 	out := map[string]Waiting{}

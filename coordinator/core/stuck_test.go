@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -271,5 +272,41 @@ func TestWaitingUnchangedByPlacement(t *testing.T) {
 	after := h.waitingOf(a)
 	if before.Blocked || after.Blocked || before.Reason != after.Reason || before.Open != 1 {
 		t.Fatalf("before %+v, after %+v", before, after)
+	}
+}
+
+// BenchmarkCheckStuck: a round of checkStuck over a long queue (the
+// suite's limits fit no node, so every attempt is blocked and its clock
+// runs) with many nodes in view.
+func BenchmarkCheckStuck(b *testing.B) {
+	for _, size := range []struct{ queue, nodes int }{{10_000, 100}, {250_000, 1000}} {
+		b.Run(fmt.Sprintf("queue=%d/nodes=%d", size.queue, size.nodes), func(b *testing.B) {
+			t := &testing.T{}
+			h := newHarness(t)
+			h.addBigSuite()
+			for i := range size.nodes {
+				h.announce(fmt.Sprintf("n%05d", i), "op", 2, slot(small))
+			}
+			for i := range size.queue {
+				h.s.Seq++
+				a := &Attempt{ID: fmt.Sprintf("at-%024d", i), Suite: "big", TaskID: "t1", Agent: "agent", Unit: fmt.Sprintf("u%d", i),
+					Seq: h.s.Seq, State: StateQueued, EnqueuedAt: h.now, Needs: schedule.Shape{CPUMillis: 64000}}
+				if i%100 == 0 {
+					a.Avoid = []string{"n00001", "n00002"}
+				}
+				h.s.Attempts[a.ID] = a
+				h.s.Queue = append(h.s.Queue, a.ID)
+			}
+			h.s.begin(h.now)
+			h.s.checkStuck() // the clocks start
+			h.s.end()
+			b.ResetTimer()
+			for range b.N {
+				h.s.lastStuckCheck, h.s.nextStuckCheck = time.Time{}, time.Time{}
+				h.s.begin(h.now)
+				h.s.checkStuck()
+				h.s.end()
+			}
+		})
 	}
 }
