@@ -338,6 +338,17 @@ func (c *Coordinator) ReproStatus(ctx context.Context, id string) (ReproStatus, 
 	ev := core.ReproJudged{ID: id}
 	report, err := c.cfg.Checker.Judge(rec.Check, runs, rec.Claimed)
 	if err != nil {
+		// Say why the runs that ran nowhere did not (no node could run
+		// them, or infrastructure failed on every try).
+		var why []string
+		for i, r := range runs {
+			if r.Node == "no node" {
+				why = append(why, fmt.Sprintf("run %d: %s", i+1, r.Outcome))
+			}
+		}
+		if len(why) > 0 {
+			err = fmt.Errorf("%w (%s)", err, strings.Join(why, "; "))
+		}
 		ev.Err, st.State, st.Error = err.Error(), ReproFailed, err.Error()
 	} else {
 		ev.Report, st.State, st.Report = report, ReproDone, report

@@ -1,11 +1,15 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/repronet/repronet/bench/corebench/sample"
 	"github.com/repronet/repronet/coordinator/accounts"
 	"github.com/repronet/repronet/proto"
 )
@@ -105,5 +109,58 @@ func TestWorkNoSlotFitsEnds(t *testing.T) {
 	}
 	if w.reported() != 0 || len(w.held()) != 0 {
 		t.Error("the node was given work it cannot run")
+	}
+}
+
+// A reproducibility check whose runs cannot build their environment on
+// any node ends, each run with its reason, and says why its runs wait
+// while they do.
+func TestReproNoNodeCanRunEnds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := openTestWith(t, t.TempDir(), func(cfg *Config) { cfg.ScheduleInterval = 50 * time.Millisecond })
+	defer c.Close()
+	const why = "environment: build: apt-get install r-base: exit status 100"
+	var nodes []*wireNode
+	for range 2 {
+		w := newWireNode(ctx, t, c, 1)
+		w.report = func(a *proto.Assignment) *proto.Report {
+			r := w.okReport(a, "")
+			r.Outcome, r.Detail, r.Outputs = proto.Outcome_OUTCOME_INFRA_ERROR, why, nil
+			return r
+		}
+		w.announce(ctx)
+		nodes = append(nodes, w)
+	}
+	tb, err := sample.CapsuleTarball("capsule-0000002")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := `{"capsule": {"field": "F", "language": "Shell", "capsule_title": "T", "capsule_id": "capsule-0000002", "capsule_doi": "", "task_prompt": "Run it."},
+	 "rules": [{"question": "Report the number of time points.", "file": "results/growth.txt", "kind": "regex", "expr": "(?m)^n_timepoints (\\S+)$", "type": "number"}]}`
+	id, err := c.SubmitRepro(ctx, json.RawMessage(spec), "", bytes.NewReader(tb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st ReproStatus
+	waitUntil(ctx, t, "the check ended", func() bool {
+		for _, w := range nodes {
+			w.announceOnce(ctx)
+		}
+		st, err = c.ReproStatus(ctx, id)
+		return err == nil && (st.State == ReproDone || st.State == ReproFailed)
+	})
+	t.Logf("the check: %s", st.Error)
+	// No run ran: the check fails, saying why each did not.
+	if st.State != ReproFailed || st.RunsDone != st.RunsWanted || len(st.Waiting) != 0 {
+		t.Fatalf("status %+v", st)
+	}
+	for k := 1; k <= st.RunsWanted; k++ {
+		if !strings.Contains(st.Error, fmt.Sprintf("run %d: unschedulable: ", k)) {
+			t.Errorf("run %d: no reason in %q", k, st.Error)
+		}
+	}
+	if !strings.Contains(st.Error, "eligible nodes failed it") || !strings.Contains(st.Error, why) {
+		t.Errorf("error %q: want what the nodes said", st.Error)
 	}
 }
