@@ -255,7 +255,9 @@ func (s *State) failAttempt(a *Attempt, why string) {
 // endAttempt marks a as failed, without telling the cross-check.
 func (s *State) endAttempt(a *Attempt, why string) {
 	s.Leases.Release(a.ID)
-	s.Queue = slices.DeleteFunc(s.Queue, func(id string) bool { return id == a.ID })
+	if a.State == StateQueued {
+		s.Queue = slices.DeleteFunc(s.Queue, func(id string) bool { return id == a.ID })
+	}
 	a.State, a.Detail, a.FinishedAt = StateFailed, why, s.now
 	if a.Outcome == "" {
 		a.Outcome = "infra_error"

@@ -325,8 +325,9 @@ func (s *State) checkStuck() {
 		out[a.ID] = true
 		why[i] = fmt.Sprintf("%s (for %s)", f.reason(a, f.waiting(a)), s.now.Sub(a.StuckSince).Round(time.Second))
 	}
-	s.dequeue(out)
+	s.dequeue(out) // one pass over the queue for them all
 	for i, a := range ended {
+		a.State = StateFailed // out of the queue already: endAttempt leaves the queue be
 		s.giveUp(a, OutcomeUnschedulable, why[i])
 	}
 }
