@@ -104,6 +104,7 @@ func (s *State) reportArrived(e ReportArrived) {
 		rec.ConsecutiveOK = 0
 		rec.Allowance = s.cfg.Allowance.InfraFailure(rec.Allowance, s.now)
 		s.persistRecord(rec)
+		a.Failures = append(a.Failures, Decline{Node: e.Node, Reason: clipReason(e.Detail), At: s.now})
 		s.requeue(a, requeueInfra, "infrastructure failure on node "+e.Node+": "+e.Detail)
 		s.fx.Reply = ReportKept{}
 		return

@@ -679,7 +679,7 @@ func TestStepEvaluateRefusals(t *testing.T) {
 // replica IDs included.
 func TestStepDeterministic(t *testing.T) {
 	run := func() []string {
-		h := newHarness(t, func(c *Config) { c.IdleCanaryEvery = time.Minute })
+		h := newHarness(t, func(c *Config) { c.IdleCanaryEvery, c.UnschedulableAfter = time.Minute, 2*time.Minute })
 		var log []string
 		note := func(fx Effects) {
 			b, err := json.Marshal(fx)
@@ -692,6 +692,8 @@ func TestStepDeterministic(t *testing.T) {
 			note(h.announce(n, "op-"+n, 2))
 		}
 		note(h.step(Evaluate{Evaluation{Suite: "two", Agent: "det", Runs: 2}}))
+		// No node has a GPU: this one ends unschedulable.
+		note(h.step(Evaluate{Evaluation{Suite: "gpu", Agent: "det", Levels: []string{"easy"}}}))
 		for range 30 {
 			fx := h.tick()
 			note(fx)
@@ -706,7 +708,7 @@ func TestStepDeterministic(t *testing.T) {
 				note(h.announce(n, "op-"+n, 2))
 			}
 		}
-		if p := h.s.Progress(); p.Decided != p.Units {
+		if p := h.s.Progress(); p.Decided != p.Units || p.Failed != 1 {
 			t.Fatalf("script did not finish: %+v", p)
 		}
 		return log
