@@ -379,12 +379,27 @@ func TestStepReports(t *testing.T) {
 			if _, ok := fx.Reply.(ReportKept); !ok || len(fx.Scores) != 0 {
 				t.Fatalf("infra report: %#v, scores %v", fx.Reply, fx.Scores)
 			}
-			if a.InfraFailures != try || !slices.Contains(a.Avoid, node) || h.s.Records[node].InfraErrors != 1 {
+			if a.InfraFailures != try || !slices.Contains(a.Avoid, node) || h.s.Records[node].InfraErrors != 0 {
 				t.Fatalf("try %d: %+v", try, a)
 			}
 		}
-		if a.State != StateFailed || a.Outcome != "infra_error" || a.Score != nil {
-			t.Fatalf("after MaxTries: %s %q", a.State, a.Outcome)
+		// Every node failed the job: the job's fault, charged to no node.
+		if a.State == StateQueued || a.Score != nil || h.s.Records["n1"].InfraErrors+h.s.Records["n2"].InfraErrors != 0 {
+			t.Fatalf("after every node failed it: %s %q, records %+v %+v", a.State, a.Outcome, h.s.Records["n1"], h.s.Records["n2"])
+		}
+	})
+	t.Run("infrastructure failure where another node succeeds", func(t *testing.T) {
+		h, a := oneJob(t)
+		h.accept(h.offerTo("n1"))
+		h.announce("n2", "op2", 2)
+		h.step(ReportArrived{Attempt: a.ID, Node: "n1", Digest: "d", Outcome: "infra_error", Detail: "disk gone"})
+		allowance := h.s.Records["n1"].Allowance
+		h.accept(h.offerTo("n2"))
+		if _, ok := h.report(a.ID, "n2", "d2").(ReportRecorded); !ok {
+			t.Fatal("n2's report did not count")
+		}
+		if h.s.Records["n1"].InfraErrors != 1 || h.s.Records["n2"].InfraErrors != 0 || h.s.Records["n1"].Allowance == allowance {
+			t.Fatalf("records after another node ran the job: n1 %+v, n2 %+v", h.s.Records["n1"], h.s.Records["n2"])
 		}
 	})
 }

@@ -199,6 +199,9 @@ type Decline struct {
 	Node   string    `json:"node"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
+	// Charged: an infrastructure failure charged to its node, once
+	// another node ran the same job (chargeFailures).
+	Charged bool `json:"charged,omitempty"`
 }
 
 // Output is one output of an attempt: its path, and its CID once fetched.
