@@ -62,6 +62,7 @@ type Gateway struct {
 	secrets     [][]byte
 
 	chains *chains
+	counts *rateWindows // token counting calls per attempt
 }
 
 // maxKeptHeads bounds the chain heads kept in memory.
@@ -113,6 +114,8 @@ func New(cfg Config, auth Authorizer, ledger Ledger, rec Recorder, opts ...Optio
 	for _, o := range opts {
 		o(g)
 	}
+	g.client = noRedirects(g.client)
+	g.counts = newRateWindows(g.limits.CountTokensPerMinute, time.Minute)
 	for _, p := range cfg.Providers {
 		// Shorter keys would make scrubbing replace ordinary text.
 		if len(p.Key) >= 8 {
@@ -130,6 +133,9 @@ type adapter struct {
 	rewrite   func(callRequest, route, int64) ([]byte, error)
 	response  func([]byte) (Usage, bool, error)
 	assembler func() assembler
+	// prepare, when set, checks a request against its route and says
+	// what the route adds (anthropic.go).
+	prepare func(callRequest, route, http.Header) (callExtra, error)
 }
 
 // assembler rebuilds an answer from its stream.
@@ -149,10 +155,11 @@ var (
 		assembler: func() assembler { return &chatAssembler{} }}
 	anthropicAdapter = adapter{api: APIAnthropic, call: CallAnthropicMessages, parse: parseMessagesRequest,
 		rewrite: func(r callRequest, rt route, n int64) ([]byte, error) {
-			return rewriteMessages(r, rt.model.Upstream, n)
+			return rewriteMessages(r, rt.model.Upstream, n, rt.tools)
 		},
 		response:  parseMessagesResponse,
-		assembler: func() assembler { return &messagesAssembler{} }}
+		assembler: func() assembler { return &messagesAssembler{} },
+		prepare:   prepareMessages}
 )
 
 // ServeHTTP implements http.Handler.
@@ -162,6 +169,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.serveCall(w, r, openAIAdapter)
 	case "/v1/messages":
 		g.serveCall(w, r, anthropicAdapter)
+	case "/v1/messages/count_tokens":
+		g.serveCountTokens(w, r)
 	case "/v1/models":
 		g.serveModels(w, r)
 	default:
@@ -283,6 +292,13 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 		writeAPIError(w, a.api, http.StatusForbidden, errPermission, err.Error())
 		return
 	}
+	ext := callExtra{Rounds: 1}
+	if a.prepare != nil {
+		if ext, err = a.prepare(req, rt, r.Header); err != nil {
+			writeAPIError(w, a.api, http.StatusBadRequest, errInvalidRequest, err.Error())
+			return
+		}
+	}
 	if grant.Replay != "" {
 		g.serveReplay(w, r, a, grant, req, body, start)
 		return
@@ -298,8 +314,8 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 		Group: grant.Group, Task: grant.Task, API: a.call, Model: req.Model, Upstream: rt.model.Upstream,
 		Provider: rt.provider.Name, Stream: req.Stream, Started: start.UTC()}
 	c.Request = g.put(ctx, body)
-	shape := CallShape{InputTokens: InputBound(max(len(body), len(longest)), req.Images, rt.model), Choices: req.Choices,
-		Requested: req.Requested, ModelMax: rt.model.MaxOutput, MinOutput: g.limits.MinOutputTokens}
+	shape := CallShape{InputTokens: ext.inputTokens(InputBound(max(len(body), len(longest)), req.Images, rt.model)), Choices: req.Choices,
+		Requested: req.Requested, ModelMax: rt.model.MaxOutput, MinOutput: max(g.limits.MinOutputTokens, ext.MinOutput), Fees: ext.Fees}
 	res, plan, err := g.ledger.Reserve(ctx, grant.Accounts(), func(avail Money) (Plan, error) {
 		return PlanCall(avail, rt.price, shape)
 	})
@@ -349,7 +365,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 	if !bytes.Equal(fwd, body) {
 		c.Forwarded = g.put(ctx, fwd)
 	}
-	g.forward(ctx, w, r.Header, a, rt, req, fwd, &c, settle)
+	g.forward(ctx, w, ext.Header, a, rt, req, fwd, &c, settle)
 }
 
 // InputBound is the most input tokens a request body of n bytes with the
@@ -364,9 +380,10 @@ func InputBound(n int, images int64, m Model) int64 {
 	return add(add(int64(n), mul(images, m.ImageTokens)), m.InputOverhead)
 }
 
-// forward makes the call upstream and relays the answer, filling c; a
-// whole answer is given only after settle.
-func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, clientHeader http.Header, a adapter, rt route, req callRequest, fwd []byte, c *Call, settle func()) {
+// forward makes the call upstream with the headers hdr (besides the
+// provider's key) and relays the answer, filling c; a whole answer is
+// given only after settle.
+func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, hdr http.Header, a adapter, rt route, req callRequest, fwd []byte, c *Call, settle func()) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(g.limits.CallTimeout))
 	defer cancel()
 	var wrote atomic.Bool
@@ -387,9 +404,11 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, clientHead
 	} else {
 		up.Header.Set("Accept", "application/json")
 	}
+	for k, v := range hdr {
+		up.Header[k] = v
+	}
 	if rt.provider.API == APIAnthropic {
 		up.Header.Set("x-api-key", rt.provider.Key)
-		up.Header.Set("anthropic-version", cmpOr(clientHeader.Get("anthropic-version"), rt.provider.AnthropicVersion))
 	} else if rt.provider.Key != "" {
 		up.Header.Set("Authorization", "Bearer "+rt.provider.Key)
 	}
@@ -444,6 +463,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, clientHead
 	// Charged and recorded before the client has it: a crash after this
 	// point cannot have given an answer for free.
 	settle()
+	g.relayHeaders(w.Header(), resp.Header)
 	w.Header().Set(ChainHeader, c.Chain)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
@@ -460,6 +480,15 @@ func (g *Gateway) relayRefusal(w http.ResponseWriter, a adapter, rt route, req c
 	c.Response = g.put(context.Background(), b)
 	c.Error = fmt.Sprintf("the provider answered %d", resp.StatusCode)
 	// Providers do not bill refused calls: nothing is charged.
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		// Never followed (noRedirects): the key would go where the
+		// provider points.
+		g.log.Error("provider redirected the gateway", "provider", rt.provider.Name, "status", resp.StatusCode,
+			"location", string(g.scrub([]byte(resp.Header.Get("Location")))))
+		c.Status = http.StatusBadGateway
+		writeAPIError(w, a.api, http.StatusBadGateway, errAPI, fmt.Sprintf("the provider of %s answered with a redirect, which the gateway does not follow; tell the operator", req.Model))
+		return
+	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		g.log.Error("provider refused the gateway's credentials", "provider", rt.provider.Name, "status", resp.StatusCode, "answer", string(b))
 		c.Status = http.StatusBadGateway
@@ -467,10 +496,8 @@ func (g *Gateway) relayRefusal(w http.ResponseWriter, a adapter, rt route, req c
 		return
 	}
 	c.Status = resp.StatusCode
-	w.Header().Set("Content-Type", cmpOr(resp.Header.Get("Content-Type"), "application/json"))
-	if ra := resp.Header.Get("Retry-After"); ra != "" {
-		w.Header().Set("Retry-After", ra)
-	}
+	g.relayHeaders(w.Header(), resp.Header)
+	w.Header().Set("Content-Type", relayedContentType(resp.Header.Get("Content-Type")))
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(b)
 }
@@ -480,6 +507,7 @@ func (g *Gateway) relayRefusal(w http.ResponseWriter, a adapter, rt route, req c
 // does not get it (the gateway asked for it). When the client goes away
 // the call upstream is cancelled.
 func (g *Gateway) relayStream(w http.ResponseWriter, a adapter, rt route, req callRequest, resp *http.Response, c *Call, cancel context.CancelFunc) {
+	g.relayHeaders(w.Header(), resp.Header)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)

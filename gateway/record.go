@@ -123,11 +123,15 @@ func BodySum(id string) ([sha256.Size]byte, error) {
 }
 
 // Exchanges are a trajectory's calls as verification reads them.
+// Token counts are no exchange with the model (nothing was generated).
 func Exchanges(calls []TrajectoryCall) []verify.Exchange {
-	out := make([]verify.Exchange, len(calls))
-	for i, c := range calls {
-		out[i] = verify.Exchange{API: c.API, Request: c.RequestBody, Response: c.ResponseBody,
-			Failed: c.Status != 200 || c.Refused != ""}
+	out := make([]verify.Exchange, 0, len(calls))
+	for _, c := range calls {
+		if c.API == CallAnthropicCountTokens {
+			continue
+		}
+		out = append(out, verify.Exchange{API: c.API, Request: c.RequestBody, Response: c.ResponseBody,
+			Failed: c.Status != 200 || c.Refused != ""})
 	}
 	return out
 }

@@ -29,9 +29,12 @@ func (g *Gateway) serveReplay(w http.ResponseWriter, r *http.Request, a adapter,
 		writeAPIError(w, a.api, http.StatusServiceUnavailable, errAPI, "the gateway cannot read the recorded trajectory now; retry")
 		return
 	}
+	// Calls are replayed in order within their API: token counts
+	// (which an agent may make or not, around its model calls) never
+	// shift which answer a model call gets.
 	var answered []Call
 	for _, rc := range recorded {
-		if rc.Status == http.StatusOK && rc.Refused == "" && rc.Response != "" {
+		if rc.Status == http.StatusOK && rc.Refused == "" && rc.Response != "" && replayAPI(rc.API) == replayAPI(a.call) {
 			answered = append(answered, rc)
 		}
 	}
@@ -43,7 +46,7 @@ func (g *Gateway) serveReplay(w http.ResponseWriter, r *http.Request, a adapter,
 	}
 	n := 0
 	for _, d := range done {
-		if d.ReplayOf != "" {
+		if d.ReplayOf != "" && replayAPI(d.API) == replayAPI(a.call) {
 			n++
 		}
 	}
@@ -80,4 +83,13 @@ func (g *Gateway) serveReplay(w http.ResponseWriter, r *http.Request, a adapter,
 	w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(answer)
+}
+
+// replayAPI is the sequence a recorded call is replayed in: token counts
+// apart, model calls of every API together.
+func replayAPI(api string) string {
+	if api == CallAnthropicCountTokens {
+		return api
+	}
+	return ""
 }

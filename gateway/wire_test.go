@@ -109,7 +109,9 @@ func TestParseMessagesRequest(t *testing.T) {
 		{"thinking blocks", `{"model":"c","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"s"},{"type":"tool_use","id":"t","name":"bash","input":{}}]}]}`, "", 0},
 		{"no max_tokens", `{"model":"c","messages":[{"role":"user","content":"hi"}]}`, "max_tokens is required", 0},
 		{"a document", `{"model":"c","max_tokens":10,"messages":[{"role":"user","content":[{"type":"document","source":{}}]}]}`, `block type "document"`, 0},
-		{"a server tool", `{"model":"c","max_tokens":10,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"hi"}]}`, "web_search_20250305", 0},
+		{"a server tool the gateway cannot meter", `{"model":"c","max_tokens":10,"tools":[{"type":"code_execution_20250522","name":"code_execution"}],"messages":[{"role":"user","content":"hi"}]}`, "code_execution_20250522", 0},
+		{"a client tool of Anthropic's", `{"model":"c","max_tokens":10,"tools":[{"name":"x","input_schema":{}},{"type":"bash_20250124","name":"bash"}],"messages":[{"role":"user","content":"hi"}]}`, `tools[1]: type "bash_20250124"`, 0},
+		{"a server tool it can meter passes here (the route decides)", `{"model":"c","max_tokens":10,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"hi"}]}`, "", 0},
 		{"MCP", `{"model":"c","max_tokens":10,"mcp_servers":[{}],"messages":[{"role":"user","content":"hi"}]}`, "mcp_servers", 0},
 		{"nested too deep", `{"model":"c","max_tokens":10,"messages":[{"role":"user","content":[{"type":"tool_result","content":[{"type":"tool_result","content":[{"type":"text"}]}]}]}]}`, "nested too deep", 0},
 	} {
@@ -128,7 +130,7 @@ func TestParseMessagesRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, _ := rewriteMessages(r, "claude-up", 2000)
+	out, _ := rewriteMessages(r, "claude-up", 2000, nil)
 	if !bytes.Contains(out, []byte(`"max_tokens":2000`)) || !bytes.Contains(out, []byte(`"budget_tokens":1999`)) || !bytes.Contains(out, []byte(`"model":"claude-up"`)) {
 		t.Fatalf("rewritten %s: want max_tokens 2000, the thinking budget under it, the upstream model", out)
 	}
@@ -453,7 +455,7 @@ func FuzzMessagesRequest(f *testing.F) {
 		if r.Model == "" || r.Requested < 1 || r.Images < 0 {
 			t.Fatalf("accepted %q as %+v", b, r)
 		}
-		out, err := rewriteMessages(r, "up", 7)
+		out, err := rewriteMessages(r, "up", 7, nil)
 		if err != nil {
 			return
 		}

@@ -24,6 +24,8 @@ var forwarded = map[string]string{
 	"/v1/chat/completions": http.MethodPost,
 	"/v1/messages":         http.MethodPost,
 	"/v1/models":           http.MethodGet,
+	// Claude Code sizes its context with it (free; gateway/count_tokens.go).
+	"/v1/messages/count_tokens": http.MethodPost,
 }
 
 // ProxyOptions configure a Proxy.

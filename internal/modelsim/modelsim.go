@@ -1,7 +1,9 @@
 // Package modelsim is a scripted model server speaking OpenAI's chat
 // completions (POST /v1/chat/completions, streaming or not, with tool
 // calls, usage and top logprobs) and Anthropic's Messages API (POST
-// /v1/messages, streaming or not, with tool use and usage). It stands in
+// /v1/messages, streaming or not, with tool use, extended thinking,
+// provider-side web searches and usage with its cache reads and writes;
+// POST /v1/messages/count_tokens). It stands in
 // for every model provider in tests, benchmarks and the demo; nothing in
 // repronet calls a real provider in a test.
 //
@@ -27,6 +29,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -165,7 +168,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/v1/chat/completions":
 		api = "openai"
-	case "/v1/messages":
+	case "/v1/messages", "/v1/messages/count_tokens":
 		api = "anthropic"
 	default:
 		http.Error(w, "modelsim: no such endpoint: "+r.URL.Path, http.StatusNotFound)
@@ -190,12 +193,28 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	parse := ParseOpenAI
-	if api == "anthropic" {
+	switch {
+	case r.URL.Path == "/v1/messages/count_tokens":
+		parse = ParseAnthropicCount
+	case api == "anthropic":
 		parse = ParseAnthropic
 	}
 	req, err := parse(body)
 	if err != nil {
 		writeError(w, api, http.StatusBadRequest, err.Error())
+		return
+	}
+	for _, line := range r.Header.Values("anthropic-beta") {
+		for _, f := range strings.Split(line, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				req.Betas = append(req.Betas, f)
+			}
+		}
+	}
+	if r.URL.Path == "/v1/messages/count_tokens" {
+		// The count is what a reply's usage reports by default: a
+		// quarter of the body's bytes.
+		writeJSON(w, http.StatusOK, map[string]int64{"input_tokens": int64(len(body)+3) / 4})
 		return
 	}
 	reply, err := script.Match(req)
