@@ -532,7 +532,7 @@ func TestAnthropicClaudeCodeShape(t *testing.T) {
 	s := startSim(t, Sequence(reply), Options{})
 	body := map[string]any{"model": "c", "max_tokens": 3000, "stream": true,
 		"thinking": map[string]any{"type": "enabled", "budget_tokens": 2000},
-		"system": []any{map[string]any{"type": "text", "text": "You are Claude Code.", "cache_control": map[string]any{"type": "ephemeral", "ttl": "1h"}}},
+		"system":   []any{map[string]any{"type": "text", "text": "You are Claude Code.", "cache_control": map[string]any{"type": "ephemeral", "ttl": "1h"}}},
 		"tools": []any{map[string]any{"name": "Bash", "input_schema": map[string]any{"type": "object"}},
 			map[string]any{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}},
 		"metadata": map[string]any{"user_id": "u"},
