@@ -39,6 +39,19 @@ func parseMessagesRequest(body []byte) (callRequest, error) {
 		return r, errors.New("max_tokens is required and at least 1")
 	}
 	r.Requested = *maxTokens
+	// Fields that change the price per token: only the standard one.
+	for _, f := range []struct{ name, why string }{
+		{"speed", "fast mode is priced above the price table"},
+		{"inference_geo", "inference pinned to a region is priced above the price table"},
+	} {
+		var v string
+		if err := jsonField(r.fields, f.name, &v); err != nil {
+			return r, err
+		}
+		if v != "" && v != "standard" && v != "global" {
+			return r, fmt.Errorf("%s %q is not supported by the gateway: %s", f.name, v, f.why)
+		}
+	}
 	var system json.RawMessage
 	_ = jsonField(r.fields, "system", &system)
 	if n, err := countBlocks(system, 0); err != nil {
@@ -102,6 +115,7 @@ var DefaultAnthropicBetas = []string{
 	"fine-grained-tool-streaming-2025-05-14", // how tool input streams
 	"token-efficient-tools-2025-02-19",       // fewer output tokens for tool calls
 	"prompt-caching-2024-07-31",              // caching, priced (cache reads and writes)
+	"prompt-caching-scope-2026-01-05",        // where a cache entry is shared; priced the same
 	"context-management-2025-06-27",          // clears old tool results: fewer input tokens
 	"effort-2025-11-24",                      // how much of max_tokens to spend
 	"structured-outputs-2025-11-13",          // constrained output, within max_tokens

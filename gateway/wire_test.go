@@ -113,6 +113,9 @@ func TestParseMessagesRequest(t *testing.T) {
 		{"a client tool of Anthropic's", `{"model":"c","max_tokens":10,"tools":[{"name":"x","input_schema":{}},{"type":"bash_20250124","name":"bash"}],"messages":[{"role":"user","content":"hi"}]}`, `tools[1]: type "bash_20250124"`, 0},
 		{"a server tool it can meter passes here (the route decides)", `{"model":"c","max_tokens":10,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"hi"}]}`, "", 0},
 		{"MCP", `{"model":"c","max_tokens":10,"mcp_servers":[{}],"messages":[{"role":"user","content":"hi"}]}`, "mcp_servers", 0},
+		{"fast mode", `{"model":"c","max_tokens":10,"speed":"fast","messages":[{"role":"user","content":"hi"}]}`, `speed "fast"`, 0},
+		{"standard speed", `{"model":"c","max_tokens":10,"speed":"standard","messages":[{"role":"user","content":"hi"}]}`, "", 0},
+		{"a pinned region", `{"model":"c","max_tokens":10,"inference_geo":"us","messages":[{"role":"user","content":"hi"}]}`, `inference_geo "us"`, 0},
 		{"nested too deep", `{"model":"c","max_tokens":10,"messages":[{"role":"user","content":[{"type":"tool_result","content":[{"type":"tool_result","content":[{"type":"text"}]}]}]}]}`, "nested too deep", 0},
 	} {
 		r, err := parseMessagesRequest([]byte(tc.body))
