@@ -27,15 +27,17 @@ import (
 //   - latency: small non-streaming calls, the paths interleaved call by
 //     call; p50 and p99 per path and what the gateway and the whole node
 //     path add (goal: ≤ 2 ms at p50);
+//
 //   - streams: 32 concurrent streams with extended thinking and a tool
 //     call, each token an event of its own paced at 5 ms (200 tokens/s
 //     per stream, faster than the models stream), the paths one after
 //     another, twice; total tokens/s per path and the ratio to direct
 //     (goal: ≥ 0.95, at most 5% lost);
+//
 //   - the same 32 streams unpaced (the model server as fast as it can
 //     write): what the gateway's own work costs when nothing else limits.
 //
-//	go test -run '^$' -bench MessagesOverhead -benchtime 1x ./gateway/
+//     go test -run '^$' -bench MessagesOverhead -benchtime 1x ./gateway/
 func BenchmarkMessagesOverhead(b *testing.B) {
 	const calls, concurrent, streamTokens = 400, 32, 300
 	long := ""
