@@ -248,6 +248,24 @@ func prepareMessages(r callRequest, rt route, h http.Header) (callExtra, error) 
 		e.Fees = Money(add(int64(e.Fees), mul(n, int64(st.price))))
 	}
 	e.Rounds = add(uses, 1)
+	// Results of earlier server tool uses, sent back in the assistant's
+	// turns: opaque, so each is bounded by its tool's tokens per use.
+	results, err := serverToolResults(r.fields)
+	if err != nil {
+		return e, err
+	}
+	for kind, n := range results {
+		var st *serverTool
+		for _, t := range rt.tools {
+			if t.kind == kind {
+				st = &t
+			}
+		}
+		if st == nil {
+			return e, fmt.Errorf("messages hold %s results, from a server tool model %q is not offered by the gateway", kind, r.Model)
+		}
+		e.ToolTokens = add(e.ToolTokens, mul(n, st.perUse))
+	}
 	var thinking struct {
 		Type string `json:"type"`
 	}
@@ -258,6 +276,35 @@ func prepareMessages(r callRequest, rt route, h http.Header) (callExtra, error) 
 		e.MinOutput = minThinkingOutput
 	}
 	return e, nil
+}
+
+// serverToolResults counts the server tool result blocks of a request's
+// messages by the tool's kind.
+func serverToolResults(fields map[string]json.RawMessage) (map[string]int64, error) {
+	var msgs []struct {
+		Content json.RawMessage `json:"content"`
+	}
+	if err := jsonField(fields, "messages", &msgs); err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, m := range msgs {
+		if len(m.Content) == 0 || m.Content[0] != '[' {
+			continue
+		}
+		var blocks []struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(m.Content, &blocks); err != nil {
+			return nil, err
+		}
+		for _, b := range blocks {
+			if kind, ok := strings.CutSuffix(b.Type, "_tool_result"); ok && serverToolKind(kind+"_") != "" {
+				out[kind]++
+			}
+		}
+	}
+	return out, nil
 }
 
 // countBlocks checks content (a string or a list of blocks) for block
@@ -280,7 +327,10 @@ func countBlocks(raw json.RawMessage, depth int) (int64, error) {
 	var images int64
 	for j, b := range blocks {
 		switch b.Type {
-		case "text", "tool_use", "thinking", "redacted_thinking":
+		case "text", "tool_use", "thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result":
+			// A server tool's result may be opaque (encrypted search
+			// results): prepareMessages bounds it by its tool's
+			// configuration.
 		case "image":
 			images++
 		case "tool_result":

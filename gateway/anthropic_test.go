@@ -167,6 +167,8 @@ func TestPrepareMessages(t *testing.T) {
 			callExtra{Rounds: 4, ToolTokens: 1000 + 2*3000, Fees: USD / 100}, ""},
 		{"a version not configured", `{"model":"c","max_tokens":5,"tools":[{"type":"web_search_20260209","name":"web_search"}],"messages":[{"role":"user","content":"x"}]}`, nil,
 			callExtra{}, `server tool "web_search_20260209"`},
+		{"earlier search results, each bounded by the tool's tokens per use", `{"model":"c","max_tokens":5,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"server_tool_use","id":"s1","name":"web_search","input":{}},{"type":"web_search_tool_result","tool_use_id":"s1","content":[]},{"type":"web_search_tool_result","tool_use_id":"s2","content":[]},{"type":"text","text":"y"}]},{"role":"user","content":"z"}]}`, nil,
+			callExtra{Rounds: 1, ToolTokens: 2000}, ""},
 		{"a refused beta", `{"model":"c","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`, map[string]string{"anthropic-beta": "context-1m-2025-08-07"},
 			callExtra{}, "context-1m-2025-08-07"},
 	} {
@@ -189,6 +191,13 @@ func TestPrepareMessages(t *testing.T) {
 			got.MinOutput != tc.want.MinOutput || got.Header.Get("anthropic-version") != DefaultAnthropicVersion {
 			t.Errorf("%s: %+v %v, want %+v", tc.name, got, err, tc.want)
 		}
+	}
+	r, err := parseMessagesRequest([]byte(`{"model":"c","max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"web_fetch_tool_result","tool_use_id":"s1","content":{}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prepareMessages(r, route{model: Model{Name: "c"}, betas: anthropicBetas(nil)}, http.Header{}); err == nil || !strings.Contains(err.Error(), "web_fetch results") {
+		t.Errorf("results of a tool the model is not offered: %v", err)
 	}
 	if got := (callExtra{Rounds: 3, ToolTokens: 100}).inputTokens(50); got != 450 {
 		t.Errorf("input bound %d, want 3 rounds of 150", got)

@@ -314,6 +314,23 @@ func TestServerTools(t *testing.T) {
 	if minBound := gateway.Money(4*in)*3_750_000 + 3*gateway.USD/100; c.Bound < minBound {
 		t.Fatalf("bound %v, want at least %v", c.Bound, minBound)
 	}
+	// The next turn sends the searches back (opaque results, each bounded
+	// by the tool's tokens per use).
+	var first struct {
+		Content []json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(out, &first); err != nil || len(first.Content) != 5 {
+		t.Fatalf("answer %s: want 2 × (search, result) and text", out)
+	}
+	next := body("claude-search")
+	next["messages"] = append(userMessages("search it"), map[string]any{"role": "assistant", "content": first.Content},
+		map[string]any{"role": "user", "content": "thanks"})
+	if status, out = call(t, r.srv.URL, "/v1/messages", tok, next, nil); status != 200 {
+		t.Fatalf("the turn after the searches: %d %s", status, out)
+	}
+	if c2 := trajectory(t, r, "at-1")[1]; c2.Bound < gateway.Money(4*(int64(len(c2.RequestBody))+1024+3*5000+2*5000))*3_750_000 {
+		t.Fatalf("the next turn's bound %v does not cover the results sent back", c2.Bound)
+	}
 	// A budget that cannot pay the fees refuses the call.
 	poor := r.grant(t, "at-2", 3*gateway.USD/100, nil)
 	if status, out = call(t, r.srv.URL, "/v1/messages", poor, body("claude-search"), nil); status != http.StatusPaymentRequired {
