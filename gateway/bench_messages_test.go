@@ -28,11 +28,11 @@ import (
 //     call; p50 and p99 per path and what the gateway and the whole node
 //     path add (goal: ≤ 2 ms at p50);
 //
-//   - streams: 32 concurrent streams with extended thinking and a tool
-//     call, each token an event of its own paced at 5 ms (200 tokens/s
-//     per stream, faster than the models stream), the paths one after
-//     another, twice; total tokens/s per path and the ratio to direct
-//     (goal: ≥ 0.95, at most 5% lost);
+//   - streams: 32 concurrent streams per path with extended thinking and
+//     a tool call, each token an event of its own paced at 5 ms (200
+//     tokens/s per stream, faster than the models stream), the three
+//     paths' streams at once, three rounds; tokens/s per path and the
+//     median ratio to direct (goal: ≥ 0.95, at most 5% lost);
 //
 //   - the same 32 streams unpaced (the model server as fast as it can
 //     write): what the gateway's own work costs when nothing else limits.
@@ -46,9 +46,9 @@ func BenchmarkMessagesOverhead(b *testing.B) {
 	}
 	cacheUsage := modelsim.Usage{Prompt: 300, Cached: 200, CacheWrite: 60, CacheWrite1h: 20}
 	script := modelsim.Script{Rules: []modelsim.Rule{
-		{When: modelsim.Cond{AnyContains: "paced"}, Reply: modelsim.Reply{Thinking: "First I think.", Content: long, TokenDelay: 5 * time.Millisecond,
-			ToolCalls: []modelsim.ToolCall{{ID: "toolu_1", Name: "Bash", Arguments: `{"command":"ls"}`}}, Usage: cacheUsage}},
 		{When: modelsim.Cond{AnyContains: "unpaced"}, Reply: modelsim.Reply{Thinking: "First I think.", Content: long,
+			ToolCalls: []modelsim.ToolCall{{ID: "toolu_1", Name: "Bash", Arguments: `{"command":"ls"}`}}, Usage: cacheUsage}},
+		{When: modelsim.Cond{AnyContains: "paced"}, Reply: modelsim.Reply{Thinking: "First I think.", Content: long, TokenDelay: 5 * time.Millisecond,
 			ToolCalls: []modelsim.ToolCall{{ID: "toolu_1", Name: "Bash", Arguments: `{"command":"ls"}`}}, Usage: cacheUsage}},
 		{Reply: modelsim.Reply{Content: "The answer is 42.", Usage: cacheUsage}},
 	}}
@@ -138,11 +138,34 @@ func BenchmarkMessagesOverhead(b *testing.B) {
 			slices.Sort(lat[k])
 			p50[k], p99[k] = lat[k][len(lat[k])/2], lat[k][len(lat[k])*99/100]
 		}
+		// Paced: the three paths' 32 streams at once (96 streams), so that
+		// whatever else the machine runs slows them alike; three rounds,
+		// the median ratio kept. Unpaced: path by path (each as fast as
+		// the CPU allows), twice alternating, the better kept.
 		pacedRate := make([]float64, len(paths))
-		unpacedRate := make([]float64, len(paths))
-		for range 2 { // each path twice, alternating, the better kept
+		var pacedRatio [2][]float64
+		for range 3 {
+			var wg sync.WaitGroup
+			rates := make([]float64, len(paths))
 			for k, p := range paths {
-				pacedRate[k] = max(pacedRate[k], concurrentRate(p.url, p.token, paced))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rates[k] = concurrentRate(p.url, p.token, paced)
+				}()
+			}
+			wg.Wait()
+			for k := range paths {
+				pacedRate[k] += rates[k] / 3
+			}
+			pacedRatio[0] = append(pacedRatio[0], rates[1]/rates[0])
+			pacedRatio[1] = append(pacedRatio[1], rates[2]/rates[0])
+		}
+		slices.Sort(pacedRatio[0])
+		slices.Sort(pacedRatio[1])
+		unpacedRate := make([]float64, len(paths))
+		for range 2 {
+			for k, p := range paths {
 				unpacedRate[k] = max(unpacedRate[k], concurrentRate(p.url, p.token, unpaced))
 			}
 		}
@@ -156,8 +179,8 @@ func BenchmarkMessagesOverhead(b *testing.B) {
 		b.ReportMetric(ms(p50[1]-p50[0]), "gw_added_p50_ms")
 		b.ReportMetric(ms(p50[2]-p50[0]), "node_added_p50_ms")
 		b.ReportMetric(ms(p99[2]-p99[0]), "node_added_p99_ms")
-		b.ReportMetric(pacedRate[1]/pacedRate[0], "gw_paced32_ratio")
-		b.ReportMetric(pacedRate[2]/pacedRate[0], "node_paced32_ratio")
+		b.ReportMetric(pacedRatio[0][1], "gw_paced32_ratio")
+		b.ReportMetric(pacedRatio[1][1], "node_paced32_ratio")
 		b.ReportMetric(unpacedRate[1]/unpacedRate[0], "gw_unpaced32_ratio")
 		b.ReportMetric(unpacedRate[2]/unpacedRate[0], "node_unpaced32_ratio")
 	}
