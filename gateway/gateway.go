@@ -11,7 +11,11 @@
 //
 // It serves OpenAI's chat completions (POST /v1/chat/completions,
 // streaming or not, tool calls passed through untouched), Anthropic's
-// Messages API (POST /v1/messages) and the model list (GET /v1/models).
+// Messages API (POST /v1/messages; POST /v1/messages/count_tokens,
+// forwarded free, count_tokens.go) and the model list (GET /v1/models).
+// No provider key leaves it but on the provider's own connection: the
+// provider client follows no redirect and only an allow-list of answer
+// headers, scrubbed, reaches the agent (hygiene.go).
 // It owns the arithmetic of money, prices and budgets (budget.go, pure,
 // with the proof that a budget is never exceeded), the reading and
 // rewriting of both APIs' requests, answers and streams (openai.go,
