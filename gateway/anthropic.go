@@ -108,8 +108,8 @@ func serverToolKind(typ string) string {
 // fine-grained-tool-streaming-2025-05-14, context-management-2025-06-27
 // and, by model and setting, effort, structured outputs, tool examples,
 // advanced tool use and web search; all pass. A provider's
-// anthropic_betas add to the list.
-var DefaultAnthropicBetas = []string{
+// anthropic_betas add to the list (DefaultAnthropicBetas lists them).
+var defaultAnthropicBetas = []string{
 	"claude-code-20250219",                   // names the client; no cost
 	"interleaved-thinking-2025-05-14",        // thinking between tool calls, within max_tokens
 	"fine-grained-tool-streaming-2025-05-14", // how tool input streams
@@ -128,6 +128,10 @@ var DefaultAnthropicBetas = []string{
 	"web-fetch-2025-09-10",                     // the tool itself is gated by server_tools
 }
 
+// DefaultAnthropicBetas are the anthropic-beta flags the gateway passes
+// to every Anthropic provider.
+func DefaultAnthropicBetas() []string { return slices.Clone(defaultAnthropicBetas) }
+
 // refusedBetas say why well-known flags are refused.
 var refusedBetas = map[string]string{
 	"oauth-2025-04-20":          "the gateway calls the provider with its own API key",
@@ -143,8 +147,8 @@ var refusedBetas = map[string]string{
 
 // anthropicBetas is the set of flags a provider takes.
 func anthropicBetas(extra []string) map[string]bool {
-	m := make(map[string]bool, len(DefaultAnthropicBetas)+len(extra))
-	for _, b := range DefaultAnthropicBetas {
+	m := make(map[string]bool, len(defaultAnthropicBetas)+len(extra))
+	for _, b := range defaultAnthropicBetas {
 		m[b] = true
 	}
 	for _, b := range extra {

@@ -138,7 +138,7 @@ func TestCheckBetas(t *testing.T) {
 			}
 		}
 	}
-	for _, f := range DefaultAnthropicBetas {
+	for _, f := range DefaultAnthropicBetas() {
 		if _, refused := refusedBetas[f]; refused {
 			t.Errorf("%s is both allowed and refused", f)
 		}

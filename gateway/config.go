@@ -44,7 +44,7 @@ type Provider struct {
 	// none; default 2023-06-01.
 	AnthropicVersion string `json:"anthropic_version,omitempty"`
 	// AnthropicBetas are anthropic-beta flags passed to this provider
-	// besides the gateway's own list (DefaultAnthropicBetas). Add only
+	// besides the gateway's own list (DefaultAnthropicBetas()). Add only
 	// flags whose cost the token prices and the call's bound cover.
 	AnthropicBetas []string `json:"anthropic_betas,omitempty"`
 }
