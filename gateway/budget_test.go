@@ -171,7 +171,10 @@ func TestBudgetNeverExceeded(t *testing.T) {
 				i := rng.IntN(len(inFlight))
 				f := inFlight[i]
 				inFlight = append(inFlight[:i], inFlight[i+1:]...)
-				actual := adversarialCost(rng, f.p, f.s, f.plan)
+				actual, honest := adversarialCost(rng, f.p, f.s, f.plan)
+				if honest && actual > f.plan.Bound {
+					t.Fatalf("seed %d: honest usage costs %v over the bound %v (%+v, %+v)", seed, actual, f.plan.Bound, f.p, f.s)
+				}
 				ch, over, err := ledger.Settle(context.Background(), f.res, actual)
 				if err != nil {
 					t.Fatalf("seed %d: settle: %v", seed, err)
@@ -186,9 +189,13 @@ func TestBudgetNeverExceeded(t *testing.T) {
 				continue
 			}
 			p := Price{Input: Money(rng.Int64N(20_000_000)), Output: Money(rng.Int64N(80_000_000)),
-				CachedInput: Money(rng.Int64N(10_000_000)), CacheWrite: Money(rng.Int64N(30_000_000))}
+				CachedInput: Money(rng.Int64N(10_000_000)), CacheWrite: Money(rng.Int64N(30_000_000)), CacheWrite5m: Money(rng.Int64N(30_000_000)),
+				WebSearch: Money(1 + rng.Int64N(int64(USD/50)))}
 			s := CallShape{InputTokens: rng.Int64N(200_000), Choices: 1 + rng.Int64N(3), Requested: rng.Int64N(3) * rng.Int64N(5000),
 				ModelMax: 1 + rng.Int64N(64_000), MinOutput: 1 + rng.Int64N(32)}
+			if rng.IntN(4) == 0 { // a call with server tools: their fees
+				s.Fees = Money(rng.Int64N(6)) * p.WebSearch
+			}
 			attempt := "attempt/a" + string(rune('0'+rng.IntN(3)))
 			refs := []AccountRef{{Key: attempt, Cap: Money(rng.Int64N(int64(USD / 2)))}, {Key: "evaluation/e", Cap: caps["evaluation/e"]}, {Key: "group/g", Cap: caps["group/g"]}}
 			// An attempt's cap is fixed once given.
@@ -210,7 +217,8 @@ func TestBudgetNeverExceeded(t *testing.T) {
 			check(step)
 		}
 		for _, f := range inFlight {
-			ch, _, _ := ledger.Settle(context.Background(), f.res, adversarialCost(rng, f.p, f.s, f.plan))
+			actual, _ := adversarialCost(rng, f.p, f.s, f.plan)
+			ch, _, _ := ledger.Settle(context.Background(), f.res, actual)
 			for _, k := range f.res.Accounts {
 				charged[k] += ch
 			}
@@ -229,20 +237,27 @@ func TestBudgetNeverExceeded(t *testing.T) {
 
 // adversarialCost is what a provider reports for a call planned as plan:
 // honest usage within the plan, output past max_tokens, over-reported
-// input, absurd counts, or (for a call without valid usage) the bound.
-func adversarialCost(rng *rand.Rand, p Price, s CallShape, plan Plan) Money {
+// input, absurd counts, or (for a call without valid usage) the bound;
+// honest says it is usage within the plan (which must cost at most the
+// bound).
+func adversarialCost(rng *rand.Rand, p Price, s CallShape, plan Plan) (cost Money, honest bool) {
 	in := rng.Int64N(s.InputTokens + 1)
 	switch rng.IntN(5) {
-	case 0: // honest
-		return Cost(p, Usage{Input: in, Output: rng.Int64N(plan.MaxOutput*s.Choices + 1)})
+	case 0: // honest: cache writes of both lifetimes, server tool uses within the fees
+		w := rng.Int64N(in + 1)
+		u := Usage{Input: in, Output: rng.Int64N(plan.MaxOutput*s.Choices + 1), CacheWrite: w, CacheWrite5m: rng.Int64N(w + 1)}
+		if p.WebSearch > 0 {
+			u.WebSearches = rng.Int64N(int64(s.Fees/p.WebSearch) + 1)
+		}
+		return Cost(p, u), true
 	case 1: // ignores max_tokens
-		return Cost(p, Usage{Input: in, Output: plan.MaxOutput*s.Choices + 1 + rng.Int64N(100_000)})
+		return Cost(p, Usage{Input: in, Output: plan.MaxOutput*s.Choices + 1 + rng.Int64N(100_000)}), false
 	case 2: // over-reports the input
-		return Cost(p, Usage{Input: s.InputTokens * 10, Output: plan.MaxOutput})
+		return Cost(p, Usage{Input: s.InputTokens * 10, Output: plan.MaxOutput}), false
 	case 3: // absurd
-		return Cost(p, Usage{Input: math.MaxInt64, Output: math.MaxInt64})
+		return Cost(p, Usage{Input: math.MaxInt64, Output: math.MaxInt64}), false
 	default: // no usage: the bound
-		return plan.Bound
+		return plan.Bound, false
 	}
 }
 
