@@ -37,11 +37,19 @@ func TestClaudeCode(t *testing.T) {
 			Usage:     modelsim.Usage{Prompt: 9000, CacheWrite: 8900}}},
 		{Reply: modelsim.Reply{Content: "ok"}},
 	}}
+	// Both models granted; then the main one alone: Claude Code's side
+	// calls to the small model are refused (403) and it still answers.
+	for _, granted := range [][]string{{"claude-sim", "claude-haiku-sim"}, {"claude-sim"}} {
+		t.Run(strings.Join(granted, "+"), func(t *testing.T) { runClaudeCode(t, cli, script, granted) })
+	}
+}
+
+func runClaudeCode(t *testing.T, cli string, script modelsim.Script, granted []string) {
 	r := newRig(t, script, func(c *gateway.Config) {
 		c.Models = append(c.Models, gateway.Model{Name: "claude-haiku-sim", Provider: "sim-anthropic", Price: claudePrice, MaxOutput: 4096})
 		c.Models[1].MaxOutput = 32000
 	})
-	tok := r.grant(t, "at-cc", gateway.USD, func(g *gateway.Grant) { g.Models = []string{"claude-sim", "claude-haiku-sim"} })
+	tok := r.grant(t, "at-cc", gateway.USD, func(g *gateway.Grant) { g.Models = granted })
 	work := t.TempDir()
 	if err := os.WriteFile(filepath.Join(work, "answer.txt"), []byte("ANSWER=42\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -101,4 +109,18 @@ func TestClaudeCode(t *testing.T) {
 	}) {
 		t.Error("no request carried Claude Code's beta flags to the provider")
 	}
+	for _, q := range r.sim.Requests() {
+		if !slices.Contains(granted, modelOf(q.Body)) {
+			t.Errorf("a call of %s reached the provider: not granted", modelOf(q.Body))
+		}
+	}
+}
+
+// modelOf is the model a request body names.
+func modelOf(body []byte) string {
+	var b struct {
+		Model string `json:"model"`
+	}
+	_ = json.Unmarshal(body, &b)
+	return b.Model
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -450,6 +451,7 @@ func FuzzChatRequest(f *testing.F) {
 
 func FuzzMessagesRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"c","max_tokens":50,"thinking":{"budget_tokens":60},"messages":[{"role":"user","content":[{"type":"image"}]}]}`))
+	f.Add([]byte(`{"model":"c","max_tokens":50,"tools":[{"type":"web_search_20250305","name":"w","max_uses":2}],"messages":[{"role":"assistant","content":[{"type":"web_search_tool_result","content":[]}]}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := parseMessagesRequest(b)
 		if err != nil {
@@ -457,6 +459,15 @@ func FuzzMessagesRequest(f *testing.F) {
 		}
 		if r.Model == "" || r.Requested < 1 || r.Images < 0 {
 			t.Fatalf("accepted %q as %+v", b, r)
+		}
+		rt := route{betas: anthropicBetas(nil), tools: map[string]serverTool{"web_search_20250305": {kind: "web_search", price: 7, maxUses: 3, perUse: 100}}}
+		if e, err := prepareMessages(r, rt, http.Header{}); err == nil && (e.Rounds < 1 || e.ToolTokens < 0 || e.Fees < 0) {
+			t.Fatalf("%q: prepared %+v", b, e)
+		}
+		if out, err := rewriteMessages(r, "up", 7, rt.tools); err == nil {
+			if again, err := parseMessagesRequest(out); err != nil || again.Requested != 7 {
+				t.Fatalf("rewrite with server tools of %q gives %q: %+v, %v", b, out, again, err)
+			}
 		}
 		out, err := rewriteMessages(r, "up", 7, nil)
 		if err != nil {
