@@ -235,20 +235,32 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, APIOpenAI, status, typ, err.Error())
 		return
 	}
+	// Each entry is in both APIs' shapes (OpenAI's object, created,
+	// owned_by; Anthropic's type, display_name, created_at), and so is
+	// the list (Anthropic's has_more, first_id, last_id): clients read
+	// their own fields and ignore the others.
 	type entry struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
+		ID          string `json:"id"`
+		Object      string `json:"object"`
+		Created     int64  `json:"created"`
+		OwnedBy     string `json:"owned_by"`
+		Type        string `json:"type"`
+		DisplayName string `json:"display_name"`
+		CreatedAt   string `json:"created_at"`
 	}
 	list := []entry{}
 	for name, rt := range g.routes {
 		if len(grant.Models) == 0 || slices.Contains(grant.Models, name) {
-			list = append(list, entry{ID: name, Object: "model", OwnedBy: rt.provider.Name})
+			list = append(list, entry{ID: name, Object: "model", OwnedBy: rt.provider.Name, Type: "model", DisplayName: name,
+				CreatedAt: "1970-01-01T00:00:00Z"})
 		}
 	}
 	slices.SortFunc(list, func(a, b entry) int { return strings.Compare(a.ID, b.ID) })
-	writeJSON(w, map[string]any{"object": "list", "data": list})
+	out := map[string]any{"object": "list", "data": list, "has_more": false, "first_id": nil, "last_id": nil}
+	if len(list) > 0 {
+		out["first_id"], out["last_id"] = list[0].ID, list[len(list)-1].ID
+	}
+	writeJSON(w, out)
 }
 
 // serveCall serves one model call.

@@ -590,8 +590,14 @@ func TestRefusedCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var list struct{ Data []struct{ ID string } }
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Data) != 1 || list.Data[0].ID != "gpt-sim" {
+	var list struct {
+		Data []struct{ ID, Object, Type string }
+		// Anthropic's list fields.
+		HasMore bool   `json:"has_more"`
+		FirstID string `json:"first_id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Data) != 1 || list.Data[0].ID != "gpt-sim" ||
+		list.Data[0].Object != "model" || list.Data[0].Type != "model" || list.HasMore || list.FirstID != "gpt-sim" {
 		t.Fatalf("models: %+v %v", list, err)
 	}
 }
