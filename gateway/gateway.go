@@ -381,7 +381,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 	if !bytes.Equal(fwd, body) {
 		c.Forwarded = g.put(ctx, fwd)
 	}
-	g.forward(ctx, w, ext.Header, a, rt, req, fwd, &c, settle)
+	g.forward(ctx, w, ext, a, rt, req, fwd, &c, settle)
 }
 
 // InputBound is the most input tokens a request body of n bytes with the
@@ -396,10 +396,11 @@ func InputBound(n int, images int64, m Model) int64 {
 	return add(add(int64(n), mul(images, m.ImageTokens)), m.InputOverhead)
 }
 
-// forward makes the call upstream with the headers hdr (besides the
-// provider's key) and relays the answer, filling c; a whole answer is
-// given only after settle.
-func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, hdr http.Header, a adapter, rt route, req callRequest, fwd []byte, c *Call, settle func()) {
+// forward makes the call upstream and relays the answer, filling c; a
+// whole answer is given only after settle. The provider gets the headers
+// the route's preparation chose (ext.Header: Anthropic's version and beta
+// flags), never the client's own, and the provider's key.
+func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, ext callExtra, a adapter, rt route, req callRequest, fwd []byte, c *Call, settle func()) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(g.limits.CallTimeout))
 	defer cancel()
 	var wrote atomic.Bool
@@ -420,7 +421,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, hdr http.H
 	} else {
 		up.Header.Set("Accept", "application/json")
 	}
-	for k, v := range hdr {
+	for k, v := range ext.Header {
 		up.Header[k] = v
 	}
 	if rt.provider.API == APIAnthropic {
