@@ -87,7 +87,8 @@ const ChainHeader = modelnet.ChainHeader
 // Option changes a Gateway.
 type Option func(*Gateway)
 
-// WithHTTPClient sets the client that calls providers.
+// WithHTTPClient sets the client that calls providers (a copy of it that
+// never follows a redirect, whatever its CheckRedirect).
 func WithHTTPClient(c *http.Client) Option { return func(g *Gateway) { g.client = c } }
 
 // WithLogger sets the logger.
