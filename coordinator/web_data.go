@@ -516,9 +516,16 @@ func readReproReport(v *dashboard.Repro, report json.RawMessage) {
 				Verdict  string                `json:"verdict"`
 				Interval *dashboard.Interval   `json:"interval"`
 				Reason   string                `json:"reason"`
+				// What the capsule published there, and whether the
+				// runs reproduce it (bench/repro's ComparePublished).
+				Published        string `json:"published"`
+				Comparison       string `json:"comparison"`
+				ComparisonReason string `json:"comparison_reason"`
 			} `json:"values"`
-			Spec      json.RawMessage `json:"spec"`
-			Truncated []string        `json:"truncated"`
+			Spec       json.RawMessage `json:"spec"`
+			Truncated  []string        `json:"truncated"`
+			Published  int             `json:"published_files"`
+			Unproduced []string        `json:"unproduced"`
 		} `json:"draft"`
 	}
 	if len(report) == 0 || json.Unmarshal(report, &rep) != nil {
@@ -526,9 +533,11 @@ func readReproReport(v *dashboard.Repro, report json.RawMessage) {
 	}
 	v.Reproducible, v.FailedRuns = rep.Reproducible, rep.FailedRuns
 	if d := rep.Draft; d != nil {
-		v.Draft = &dashboard.ReproDraft{Spec: d.Spec, Truncated: d.Truncated, Values: []dashboard.ReproDraftValue{}}
+		v.Draft = &dashboard.ReproDraft{Spec: d.Spec, Truncated: d.Truncated, Values: []dashboard.ReproDraftValue{},
+			PublishedFiles: d.Published, Unproduced: d.Unproduced}
 		for _, x := range d.Values {
-			dv := dashboard.ReproDraftValue{Question: x.Question, File: x.Rule.File, Verdict: x.Verdict, Interval: x.Interval, Reason: x.Reason}
+			dv := dashboard.ReproDraftValue{Question: x.Question, File: x.Rule.File, Verdict: x.Verdict, Interval: x.Interval, Reason: x.Reason,
+				Published: x.Published, Comparison: x.Comparison, ComparisonReason: x.ComparisonReason}
 			for _, val := range x.Values {
 				dv.Values = append(dv.Values, cmp.Or(val, "—"))
 			}

@@ -283,6 +283,17 @@ func Icon(w http.ResponseWriter, _ *http.Request) {
 
 var funcs = template.FuncMap{
 	"pct": func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
+	// pctOf is pct of a value that may be unknown (nil: "—").
+	"pctOf": func(v *float64) string {
+		if v == nil {
+			return "—"
+		}
+		return fmt.Sprintf("%.1f%%", 100**v)
+	},
+	// yesno says a verdict that may be unknown: a *bool is never tested
+	// with if or with (a pointer to false is not nil, so it is true).
+	"yesno": YesNo,
+	"hours": Hours,
 	"usd": func(v any) string {
 		switch x := v.(type) {
 		case *float64:
@@ -336,6 +347,17 @@ var funcs = template.FuncMap{
 	"sub":        func(a, b float64) float64 { return a - b },
 	"status":     func(s string) string { return "st-" + strings.ReplaceAll(s, "_", "-") },
 	"mayStart":   func(w Who) bool { return w.Scope == "submitter" || w.Scope == "admin" },
+}
+
+// YesNo is "yes" or "no" for a known verdict, "—" for none.
+func YesNo(b *bool) string {
+	switch {
+	case b == nil:
+		return "—"
+	case *b:
+		return "yes"
+	}
+	return "no"
 }
 
 // duration formats seconds as a person reads them.

@@ -303,6 +303,14 @@ type Repro struct {
 	Report json.RawMessage `json:"report,omitempty"`
 }
 
+// HasVerdict reports whether the check has said whether the capsule
+// reproduces.
+func (r Repro) HasVerdict() bool { return r.Reproducible != nil }
+
+// IsReproducible reports whether the check found the capsule
+// reproducible (false while it has not said).
+func (r Repro) IsReproducible() bool { return r.Reproducible != nil && *r.Reproducible }
+
 // ReproDraft is the draft task entry of a check without rules (package
 // bench/repro's Draft): each value found, and the draft spec (a rule per
 // kept value) the scientist edits and submits.
@@ -312,6 +320,23 @@ type ReproDraft struct {
 	Spec json.RawMessage `json:"spec"`
 	// Truncated names the files not read in full.
 	Truncated []string `json:"truncated,omitempty"`
+	// PublishedFiles counts the files of the capsule's published results/
+	// (as submitted) the runs were compared with; Unproduced names those
+	// no run wrote.
+	PublishedFiles int      `json:"published_files,omitempty"`
+	Unproduced     []string `json:"unproduced,omitempty"`
+}
+
+// NotReproducedPublished counts the published values the runs did not
+// reproduce, and the published files no run wrote.
+func (d ReproDraft) NotReproducedPublished() int {
+	n := len(d.Unproduced)
+	for _, v := range d.Values {
+		if v.Comparison == PublishedNotReproduced {
+			n++
+		}
+	}
+	return n
 }
 
 // Kept counts the values kept in the draft entry.
@@ -335,6 +360,35 @@ type ReproDraftValue struct {
 	Verdict  string    `json:"verdict"`
 	Interval *Interval `json:"interval,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
+	// Published is the value the capsule published at the same place,
+	// Comparison whether the runs reproduce it (reproduced,
+	// not_reproduced, not_compared, not_published; "" when the capsule
+	// published nothing), ComparisonReason why.
+	Published        string `json:"published,omitempty"`
+	Comparison       string `json:"comparison,omitempty"`
+	ComparisonReason string `json:"comparison_reason,omitempty"`
+}
+
+// Comparisons of a published value with a draft check's runs (package
+// bench/repro's).
+const (
+	PublishedReproduced    = "reproduced"
+	PublishedNotReproduced = "not_reproduced"
+)
+
+// ComparisonWords says a comparison as a reader reads it.
+func (v ReproDraftValue) ComparisonWords() string {
+	switch v.Comparison {
+	case PublishedReproduced:
+		return "yes"
+	case PublishedNotReproduced:
+		return "no"
+	case "not_compared":
+		return "not compared"
+	case "not_published":
+		return "nothing published here"
+	}
+	return "—"
 }
 
 // Kept reports whether the value is in the draft entry (stable, or an
