@@ -33,6 +33,7 @@ func (c *Coordinator) PublicEntries() []bench.Entry {
 	for i := range out {
 		out[i].Started, out[i].Finished = time.Time{}, time.Time{}
 		out[i].CPUSeconds, out[i].WallSeconds = roundSignificant(out[i].CPUSeconds, 2), roundSignificant(out[i].WallSeconds, 2)
+		out[i].Eval = c.evalLabel(out[i].Eval)
 	}
 	return out
 }

@@ -45,7 +45,8 @@ func (c *Coordinator) dashEntries(es []bench.Entry) []dashboard.Entry {
 	for i, e := range es {
 		d := dashboard.Entry{Suite: e.Suite, Variant: e.Variant, Scoring: scoringLabel(e.Scoring), Agent: e.Agent, Model: e.Model,
 			Task: e.TaskID, Run: e.Run, Status: string(e.Status), CostUSD: e.CostUSD, InputTokens: e.InputTokens,
-			OutputTokens: e.OutputTokens, CPUSeconds: e.CPUSeconds, WallSeconds: e.WallSeconds, Verification: e.Verification}
+			OutputTokens: e.OutputTokens, CPUSeconds: e.CPUSeconds, WallSeconds: e.WallSeconds, Verification: e.Verification, Eval: e.Eval}
+		d.Written, d.Vision = questionKinds(e.Score)
 		vg, seen := graders[e.Suite]
 		if !seen {
 			if si, ok := c.catalog.LookupSuite(e.Suite); ok {
@@ -64,6 +65,30 @@ func (c *Coordinator) dashEntries(es []bench.Entry) []dashboard.Entry {
 		out[i] = d
 	}
 	return out
+}
+
+// questionKinds reads whether all of a task's written and vision
+// questions were right from a public score that counts them (CORE-Bench's,
+// whose boards and HAL uploads give written and vision accuracy): nil for
+// a kind the task has none of, or a score without the counts.
+func questionKinds(public json.RawMessage) (written, vision *bool) {
+	var s struct {
+		CorrectWritten *int `json:"correct_written_answers"`
+		TotalWritten   *int `json:"total_written_questions"`
+		CorrectVision  *int `json:"correct_vision_answers"`
+		TotalVision    *int `json:"total_vision_questions"`
+	}
+	if len(public) == 0 || json.Unmarshal(public, &s) != nil {
+		return nil, nil
+	}
+	all := func(correct, total *int) *bool {
+		if correct == nil || total == nil || *total <= 0 {
+			return nil
+		}
+		ok := *correct == *total
+		return &ok
+	}
+	return all(s.CorrectWritten, s.TotalWritten), all(s.CorrectVision, s.TotalVision)
 }
 
 // scoringLabel is a family's scoring JSON as one line: an object's fields
@@ -149,6 +174,9 @@ func (c *Coordinator) attemptView(p accounts.Principal, a Attempt) dashboard.Att
 		Enqueued: a.EnqueuedAt.UTC().Truncate(time.Second)}
 	if a.Kind == KindReplay {
 		v.Kind, v.ReplayOf = dashboard.KindReplay, a.ReplayOf
+	}
+	if a.Kind == KindCapsuleRun {
+		v.Repro = a.TaskID
 	}
 	if !admin {
 		v.ID = c.web.handle(a.ID)
@@ -325,7 +353,9 @@ func (c *Coordinator) evaluationViews(p accounts.Principal) []dashboard.Evaluati
 }
 
 // evaluationDetail is one evaluation p may see, with its attempts and its
-// agent's results.
+// own results: the boards and per-task results of its own runs only
+// (never another evaluation's of the same agent, which numbers its runs
+// from 1 too).
 func (c *Coordinator) evaluationDetail(p accounts.Principal, id string) (dashboard.EvaluationDetail, bool) {
 	st := c.readEvals(p, id)
 	if len(st.evals) != 1 {
@@ -337,9 +367,10 @@ func (c *Coordinator) evaluationDetail(p accounts.Principal, id string) (dashboa
 		d.Attempts = append(d.Attempts, c.attemptView(p, a))
 	}
 	entries, _, _ := c.boardEntries(p, e.Agent)
+	label := c.evalLabel(e.ID)
 	var mine []dashboard.Entry
 	for _, en := range entries {
-		if en.Suite == e.Suite && en.Agent == e.Agent {
+		if en.Agent == e.Agent && (en.Eval == e.ID || en.Eval == label) {
 			mine = append(mine, en)
 		}
 	}

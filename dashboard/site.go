@@ -126,10 +126,12 @@ type AccountsPage struct {
 	Tokens     []Token
 }
 
-// LoginPage asks for a token.
+// LoginPage asks for a token; Next is the local page to go back to once
+// signed in ("": the evaluations).
 type LoginPage struct {
 	Base
 	Error string
+	Next  string
 }
 
 // ErrorPage says what went wrong.

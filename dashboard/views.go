@@ -2,6 +2,8 @@ package dashboard
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -111,6 +113,9 @@ type Attempt struct {
 	// it); "" for the agent's own attempt.
 	Kind     string `json:"kind,omitempty"`
 	ReplayOf string `json:"replay_of,omitempty"`
+	// Repro is the reproducibility check a capsule run is a run of (Task
+	// is then the check's ID, and there is no level).
+	Repro string `json:"repro,omitempty"`
 	// State is pending, done, failed or cancelled (the admin sees queued,
 	// assigned and reported instead of pending).
 	State    string    `json:"state"`
@@ -198,6 +203,12 @@ type Logs struct {
 	Stdout   string `json:"stdout"`
 	Stderr   string `json:"stderr"`
 	Detail   string `json:"detail,omitempty"`
+}
+
+// DetailRepeatsExit reports whether the detail only says the exit code
+// again ("exit code 2" beside exit code 2): it is then not shown twice.
+func (l Logs) DetailRepeatsExit() bool {
+	return strings.TrimSpace(l.Detail) == fmt.Sprintf("exit code %d", l.ExitCode)
 }
 
 // Call is one model call of an attempt's trajectory, readable.

@@ -98,6 +98,9 @@ type Entry struct {
 	// Verification is bench.Entry.Verification: "verified" when a replay
 	// verified a model-driven run ("": not model-driven).
 	Verification string `json:"verification,omitempty"`
+	// Eval is bench.Entry.Eval: the evaluation the run belongs to (run 1
+	// of two evaluations are two runs).
+	Eval string `json:"eval,omitempty"`
 }
 
 // Validate checks what Build relies on, naming the entry.

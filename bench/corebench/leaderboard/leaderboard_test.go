@@ -142,10 +142,17 @@ func TestWriteText(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"core-test, hard level, grader corebench-original v1, strip rule original v1", "ACCURACY", "50%", "$1.00", "2/3", "200s"} {
+	for _, want := range []string{"core-test, hard level, grader corebench-original v1, strip rule original v1", "ACCURACY", "50%", "$1.00", "2/3", "200s",
+		"CROSS-CHECKED", "AWAITING CROSS-CHECK"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
 		}
+	}
+	// The row's last columns: 1 infra failed, 1 awaiting cross-check (its
+	// unvalidated task), 0 pending, as the row's fields say.
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if f := strings.Fields(lines[len(lines)-1]); len(f) < 3 || f[len(f)-3] != "1" || f[len(f)-2] != "1" || f[len(f)-1] != "0" {
+		t.Errorf("row %q: want infra failed 1, awaiting cross-check 1, pending 0", lines[len(lines)-1])
 	}
 	b.Reset()
 	WriteText(&b, nil)
