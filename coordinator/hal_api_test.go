@@ -33,7 +33,7 @@ func testHAL(t *testing.T, f *people) {
 		runs, calls        int
 		never              []string
 	}{
-		{"lab-a's", f.ann, "", "solver-a", 2 * len(f.tasks), 2, append(append([]string{"solver-b", f.canary, `"lease"`, `"node"`}, nodeIDs...), rawIDs...)},
+		{"lab-a's", f.ann, "?level=easy", "solver-a", 2 * len(f.tasks), 2, append(append([]string{"solver-b", f.canary, `"lease"`, `"node"`}, nodeIDs...), rawIDs...)},
 		{"lab-b's", f.bob, "", "solver-b", len(f.tasks), 1, append(append([]string{"solver-a", f.canary, `"lease"`}, nodeIDs...), rawIDs...)},
 		{"the admin's, one agent", f.admin, "?agent=solver-b&suite=sample&level=easy", "solver-b", len(f.tasks), 1, []string{"solver-a", f.canary}},
 	} {

@@ -284,7 +284,7 @@ func Icon(w http.ResponseWriter, _ *http.Request) {
 }
 
 var funcs = template.FuncMap{
-	"pct": func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
+	"pct": FormatPercent,
 	// pctOf is pct of a value that may be unknown (nil: "—").
 	"pctOf": func(v *float64) string {
 		if v == nil {
@@ -350,6 +350,13 @@ var funcs = template.FuncMap{
 	"status":     func(s string) string { return "st-" + strings.ReplaceAll(s, "_", "-") },
 	"mayStart":   func(w Who) bool { return w.Scope == "submitter" || w.Scope == "admin" },
 }
+
+// FormatUSD, FormatDuration and FormatPercent format dollars, seconds and
+// a share as every page shows them (a test compares a page with the API's
+// numbers through them).
+func FormatUSD(v float64) string      { return usd(v) }
+func FormatDuration(s float64) string { return duration(s) }
+func FormatPercent(v float64) string  { return fmt.Sprintf("%.1f%%", 100*v) }
 
 // YesNo is "yes" or "no" for a known verdict, "—" for none.
 func YesNo(b *bool) string {
