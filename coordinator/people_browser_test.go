@@ -287,7 +287,7 @@ func testBrowser(t *testing.T, f *people) {
 		// agent with a model cost, its one label inside the chart.
 		for _, c := range []struct {
 			level, axis, xlabel string
-			points            int
+			points              int
 		}{{"easy", dashboard.CostCompute, "compute per run (CPU time) →", 3}, {"medium", dashboard.CostModel, "model cost per run (USD) →", 1}} {
 			svg := `document.querySelector('section.board[data-level="` + c.level + `"] svg.pareto')`
 			if axis := tb.eval(svg + `.dataset.axis`); axis != c.axis {

@@ -62,7 +62,7 @@ type people struct {
 	// fixed_seed_random 0.166599 and the time they ran, where the capsule
 	// published 7, 41 and 0.178395 (and files no run writes).
 	repro, failed, draft string
-	nodes        []*wireNode
+	nodes                []*wireNode
 }
 
 const (
