@@ -534,3 +534,33 @@ func TestBoardsHonest(t *testing.T) {
 		}
 	}
 }
+
+// TestExitCodeOnce: a detail that only repeats the exit code is not shown
+// beside it ("exit code 2 (exit code 2)").
+func TestExitCodeOnce(t *testing.T) {
+	for _, c := range []struct {
+		l       Logs
+		repeats bool
+	}{{Logs{ExitCode: 2, Detail: "exit code 2"}, true}, {Logs{ExitCode: 2, Detail: "killed: out of memory"}, false},
+		{Logs{ExitCode: 0, Detail: "exit code 2"}, false}, {Logs{ExitCode: 1}, false}} {
+		if got := c.l.DetailRepeatsExit(); got != c.repeats {
+			t.Errorf("%+v: repeats %v, want %v", c.l, got, c.repeats)
+		}
+	}
+	site, err := New(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	site.Render(rec, 200, AttemptPage{Attempt: Attempt{ID: "ah-1", State: "failed", Outcome: "agent_error", Detail: "exit code 2"},
+		Logs: &Logs{Outcome: "agent_error", ExitCode: 2, Detail: "exit code 2"}})
+	if got := between(rec.Body.String(), `<p id="exit">`, "</p>"); len(got) != 1 || got[0] != `<p id="exit">exit code 2</p>` {
+		t.Errorf("logs line %q", got)
+	}
+	// A capsule run names its check, with no empty level.
+	rec = httptest.NewRecorder()
+	site.Render(rec, 200, AttemptPage{Attempt: Attempt{ID: "at-1", Suite: "repro", Task: "rp-1", Repro: "rp-1", Run: 2, State: "done"}})
+	if got := between(rec.Body.String(), `<dd id="task">`, "</dd>"); len(got) != 1 || got[0] != `<dd id="task">reproducibility check <a href="/repro/rp-1">rp-1</a> · run 2</dd>` {
+		t.Errorf("capsule run's task line %q", got)
+	}
+}
