@@ -489,6 +489,17 @@ func testBrowser(t *testing.T, f *people) {
 		if n := tb.number(`document.querySelectorAll('article.call').length`); n != 2 {
 			t.Errorf("%v calls in the trajectory, want 2", n)
 		}
+		// The conversation is read once: the second call adds what is new
+		// (the first's answer came before it), tool results indented.
+		if n := strings.Count(tb.text(), "You reproduce papers."); n != 1 {
+			t.Errorf("the system prompt shown %d times, want once", n)
+		}
+		if got := tb.eval(`document.querySelector('article.call[data-seq="1"] p.earlier').dataset.earlier`); got != "4" {
+			t.Errorf("the second call repeats %q earlier messages, want 4 (system, step 1, its tool result, the answer)", got)
+		}
+		if n := tb.number(`[...document.querySelectorAll('pre.tool-result')].filter(p => p.innerText.startsWith('{\n')).length`); n != 2 {
+			t.Errorf("%v tool results shown indented, want 2", n)
+		}
 		tb.lacks("attempt", append(append([]string{"Verdict", "canary"}, nodeIDs...), rawIDs...)...)
 		tb.shot("attempt")
 

@@ -357,9 +357,17 @@ func agentCalls(w *wireNode, attempt, token string, n int, answers string) error
 		return err
 	}
 	defer p.Close()
+	// One conversation, growing call by call as a chat agent's does: each
+	// call sends what came before, the model's last answer, and its step.
+	messages := []string{`{"role":"system","content":"You reproduce papers."}`}
 	for i := range n {
 		tool, _ := json.Marshal(answers)
-		body := fmt.Sprintf(`{"model":"sim-1","messages":[{"role":"system","content":"You reproduce papers."},{"role":"user","content":"Step %d: what is in results/?"},{"role":"tool","tool_call_id":"call_%d","content":%s}]}`, i+1, i+1, tool)
+		if i > 0 {
+			messages = append(messages, `{"role":"assistant","content":"the figure is 0.96"}`)
+		}
+		messages = append(messages, fmt.Sprintf(`{"role":"user","content":"Step %d: what is in results/?"}`, i+1),
+			fmt.Sprintf(`{"role":"tool","tool_call_id":"call_%d","content":%s}`, i+1, tool))
+		body := `{"model":"sim-1","messages":[` + strings.Join(messages, ",") + `]}`
 		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Content-Type", "application/json")

@@ -422,6 +422,7 @@ func (c *Coordinator) trajectoryView(ctx context.Context, a Attempt) ([]dashboar
 			Request: dashboard.RequestMessages(cl.RequestBody), Response: dashboard.ResponseMessages(cl.ResponseBody),
 			RequestBody: string(cl.RequestBody), ResponseBody: string(cl.ResponseBody)}
 	}
+	dashboard.MarkNew(out)
 	return out, nil
 }
 

@@ -564,3 +564,46 @@ func TestExitCodeOnce(t *testing.T) {
 		t.Errorf("capsule run's task line %q", got)
 	}
 }
+
+// TestConversationOnce: a conversation that grows call by call is shown
+// once, each call adding what is new; a new conversation (or another
+// assignment's) is shown whole; tool calls' arguments and JSON tool
+// results are shown indented, never as escaped JSON.
+func TestConversationOnce(t *testing.T) {
+	sys := Message{Role: "system", Content: "You reproduce papers."}
+	u1, u2 := Message{Role: "user", Content: "Step 1"}, Message{Role: "user", Content: "Step 2"}
+	call := Message{Role: "assistant", ToolCalls: []ToolCall{{Name: "shell", Arguments: `{"cmd":"cat results/growth.txt"}`}}}
+	tool := Message{Role: "tool", Content: `{"n_timepoints": 7}`}
+	calls := []Call{
+		{Seq: 0, Assignment: 1, Request: []Message{sys, u1}, Response: []Message{call}},
+		// The answer sent back with its arguments spaced otherwise.
+		{Seq: 1, Assignment: 1, Request: []Message{sys, u1, {Role: "assistant", ToolCalls: []ToolCall{{Name: "shell", Arguments: `{ "cmd": "cat results/growth.txt" }`}}}, tool, u2},
+			Response: []Message{{Role: "assistant", Content: "7"}}},
+		{Seq: 2, Assignment: 1, Request: []Message{sys, u2}},
+		{Seq: 3, Assignment: 2, Request: []Message{sys, u2}},
+	}
+	MarkNew(calls)
+	for i, want := range []int{0, 3, 0, 0} {
+		if calls[i].NewFrom != want {
+			t.Errorf("call %d: new from %d, want %d", i, calls[i].NewFrom, want)
+		}
+	}
+	if got := calls[1].NewRequest(); len(got) != 2 || got[0].Role != "tool" || got[1].Content != "Step 2" {
+		t.Errorf("call 1's new messages %+v", got)
+	}
+	site, err := New(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	site.Render(rec, 200, AttemptPage{Attempt: Attempt{ID: "ah-1", State: "done"}, Trajectory: calls[:2]})
+	body := rec.Body.String()
+	if n := strings.Count(body, "You reproduce papers."); n != 1 {
+		t.Errorf("the system prompt shown %d times, want once", n)
+	}
+	for _, want := range []string{"{\n  &#34;cmd&#34;: &#34;cat results/growth.txt&#34;\n}", "{\n  &#34;n_timepoints&#34;: 7\n}", `data-earlier="3"`, ">tool result<"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("no %q in the trajectory", want)
+		}
+	}
+}

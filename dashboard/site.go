@@ -332,6 +332,19 @@ var funcs = template.FuncMap{
 		}
 		return buf.String()
 	},
+	// readable is a message's text or a tool call's arguments: JSON
+	// (an object or a list) indented, anything else as it is.
+	"readable": func(s string) string {
+		t := strings.TrimSpace(s)
+		if !strings.HasPrefix(t, "{") && !strings.HasPrefix(t, "[") {
+			return s
+		}
+		var buf bytes.Buffer
+		if json.Indent(&buf, []byte(t), "", "  ") != nil {
+			return s
+		}
+		return buf.String()
+	},
 	"prettyString": func(s string) string {
 		var buf bytes.Buffer
 		if json.Indent(&buf, []byte(s), "", "  ") != nil {

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -229,11 +230,76 @@ type Call struct {
 	OutputTokens int64     `json:"output_tokens"`
 	CostUSD      float64   `json:"cost_usd"`
 	// Request and Response are the messages read from the bodies; the
-	// bodies themselves follow, as sent and answered.
+	// bodies themselves follow, as sent and answered. NewFrom is where the
+	// messages new to this call start in Request: those before repeat the
+	// previous call's conversation (its request and answer, in the same
+	// assignment; MarkNew), which a reader has just read.
+	NewFrom      int       `json:"new_from,omitempty"`
 	Request      []Message `json:"request"`
 	Response     []Message `json:"response"`
 	RequestBody  string    `json:"request_body"`
 	ResponseBody string    `json:"response_body,omitempty"`
+}
+
+// NewRequest is the request's messages new to this call.
+func (c Call) NewRequest() []Message { return c.Request[min(c.NewFrom, len(c.Request)):] }
+
+// MarkNew sets each call's NewFrom: a call whose request begins with the
+// previous call's request and then its answer (an agent's conversation
+// growing call by call, as chat APIs are used) shows only what follows;
+// any other call (the first, another assignment's, a new conversation)
+// shows its whole request. A trajectory is thus read once, in time linear
+// in its length.
+func MarkNew(calls []Call) {
+	for i := range calls {
+		calls[i].NewFrom = 0
+		if i == 0 || calls[i-1].Assignment != calls[i].Assignment {
+			continue
+		}
+		prev, req := calls[i-1], calls[i].Request
+		n := len(prev.Request)
+		if n == 0 || len(req) < n || !sameMessages(req[:n], prev.Request) {
+			continue
+		}
+		for _, m := range prev.Response {
+			if n < len(req) && sameMessage(req[n], m) {
+				n++
+			}
+		}
+		calls[i].NewFrom = n
+	}
+}
+
+func sameMessages(a, b []Message) bool {
+	for i := range a {
+		if !sameMessage(a[i], b[i]) {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
+
+// sameMessage compares two messages as a reader would: role, text and
+// tool calls (their arguments as JSON values, however spaced).
+func sameMessage(a, b Message) bool {
+	if a.Role != b.Role || strings.TrimSpace(a.Content) != strings.TrimSpace(b.Content) || len(a.ToolCalls) != len(b.ToolCalls) {
+		return false
+	}
+	for i := range a.ToolCalls {
+		x, y := a.ToolCalls[i], b.ToolCalls[i]
+		if x.Name != y.Name || compactJSON(x.Arguments) != compactJSON(y.Arguments) {
+			return false
+		}
+	}
+	return true
+}
+
+func compactJSON(s string) string {
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(s)) != nil {
+		return s
+	}
+	return b.String()
 }
 
 // Message is one message of a model conversation.
