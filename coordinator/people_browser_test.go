@@ -435,6 +435,21 @@ func testBrowser(t *testing.T, f *people) {
 			t.Errorf("progress bar %v of %v, want %d of %d", done, total, len(own), len(own))
 		}
 		tb.has("evaluations", fmt.Sprintf("%d done", len(own)), fmt.Sprintf("+%d replays", len(replays)))
+		// Each listed evaluation as GET /api/evaluations says.
+		var evs []dashboard.Evaluation
+		f.get(t, f.ann, "/api/evaluations", &evs)
+		listed := tb.cells("table.evaluations tbody tr")
+		if len(listed) != len(evs) {
+			t.Fatalf("%d evaluations listed, the API has %d", len(listed), len(evs))
+		}
+		for i, e := range evs {
+			same(t, "listed evaluation "+e.ID, listed[i], map[string]string{"data-eval": e.ID, "c1": e.Suite, "c2": e.Agent, "c3": e.Group,
+				"c4": strings.Join(e.Levels, ", "), "c5": fmt.Sprintf("%d", e.Runs), "c7": dashboard.FormatUSD(e.CostUSD)})
+			if bar := tb.cells(`tr[data-eval="` + e.ID + `"] svg.bar`); len(bar) != 1 || bar[0]["data-done"] != fmt.Sprintf("%d", e.Progress.Done) ||
+				bar[0]["data-total"] != fmt.Sprintf("%d", e.Progress.Total) {
+				t.Errorf("listed evaluation %s: progress %v, the API says %+v", e.ID, bar, e.Progress)
+			}
+		}
 
 		// Two evaluations of one agent: each page is its own runs, as the
 		// API says, never the other's level or runs.
