@@ -140,6 +140,19 @@ func (r Row) Cost(axis string) *float64 {
 	return r.CostUSD
 }
 
+// RunKey names a run: its evaluation and its number there (every
+// evaluation numbers its runs from 1, so run 1 of two evaluations of an
+// agent are two runs, never one).
+type RunKey struct {
+	Eval string
+	Run  int
+}
+
+// Compare orders runs by evaluation, then number.
+func (k RunKey) Compare(o RunKey) int {
+	return cmp.Or(strings.Compare(k.Eval, o.Eval), cmp.Compare(k.Run, o.Run))
+}
+
 // BuildBoards makes the boards of entries: one per suite, variant,
 // scoring and grader, in the order the entries first name them; one row per agent
 // and model.
@@ -155,18 +168,18 @@ func BuildBoards(entries []Entry) []Board {
 	}
 	var order []boardKey
 	rows := map[boardKey]map[rowKey]*Row{}
-	runs := map[boardKey]map[rowKey]map[int]*run{}
+	runs := map[boardKey]map[rowKey]map[RunKey]*run{}
 	for _, e := range entries {
 		bk := boardKey{e.Suite, e.Variant, e.Scoring, e.Grader}
 		if rows[bk] == nil {
 			order = append(order, bk)
-			rows[bk], runs[bk] = map[rowKey]*Row{}, map[rowKey]map[int]*run{}
+			rows[bk], runs[bk] = map[rowKey]*Row{}, map[rowKey]map[RunKey]*run{}
 		}
 		rk := rowKey{e.Agent, e.Model}
 		r := rows[bk][rk]
 		if r == nil {
 			r = &Row{Agent: e.Agent, Model: e.Model}
-			rows[bk][rk], runs[bk][rk] = r, map[int]*run{}
+			rows[bk][rk], runs[bk][rk] = r, map[RunKey]*run{}
 		}
 		switch e.Status {
 		case "validated":
@@ -189,10 +202,10 @@ func BuildBoards(entries []Entry) []Board {
 		if e.Status != "validated" || e.Value == nil {
 			continue
 		}
-		ru := runs[bk][rk][e.Run]
+		ru := runs[bk][rk][RunKey{e.Eval, e.Run}]
 		if ru == nil {
 			ru = &run{costKnown: true}
-			runs[bk][rk][e.Run] = ru
+			runs[bk][rk][RunKey{e.Eval, e.Run}] = ru
 		}
 		ru.units++
 		ru.sum += *e.Value
@@ -221,7 +234,7 @@ func BuildBoards(entries []Entry) []Board {
 	for _, bk := range order {
 		b := Board{Suite: bk.suite, Variant: bk.variant, Scoring: bk.scoring, Grader: bk.grader}
 		for rk, r := range rows[bk] {
-			nums := slices.Sorted(maps.Keys(runs[bk][rk]))
+			nums := slices.SortedFunc(maps.Keys(runs[bk][rk]), RunKey.Compare)
 			costKnown := len(nums) > 0
 			var cost float64
 			var written, vision []float64

@@ -607,3 +607,16 @@ func TestConversationOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoEvaluationsTwoRuns: run 1 of two evaluations are two runs on a
+// board, as the families' boards count them.
+func TestTwoEvaluationsTwoRuns(t *testing.T) {
+	es := []Entry{
+		{Suite: "s", Variant: "easy", Scoring: "g", Agent: "a", Task: "t1", Run: 1, Status: "validated", Value: f(1), Eval: "ev-1"},
+		{Suite: "s", Variant: "easy", Scoring: "g", Agent: "a", Task: "t2", Run: 1, Status: "validated", Value: f(1), Eval: "ev-1"},
+		{Suite: "s", Variant: "easy", Scoring: "g", Agent: "a", Task: "t1", Run: 1, Status: "validated", Value: f(0), Eval: "ev-2"},
+	}
+	if r := BuildBoards(es)[0].Rows[0]; r.Runs != 2 || r.Accuracy != 0.5 || r.AccuracyMin != 0 || r.AccuracyMax != 1 {
+		t.Fatalf("row %+v", r)
+	}
+}

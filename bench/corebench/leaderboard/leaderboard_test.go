@@ -213,3 +213,20 @@ func TestBuildSamples(t *testing.T) {
 		t.Fatalf("row %+v: want 3 runs, mean 2/3 in [0, 1], 3 samples of which 1 replay-verified", r)
 	}
 }
+
+// TestTwoEvaluationsTwoRuns: two evaluations of an agent both number their
+// runs from 1; their run 1 are two runs (accuracy per run, then the
+// mean), never one run of both evaluations' tasks.
+func TestTwoEvaluationsTwoRuns(t *testing.T) {
+	a, b := entry("A", "t1", 1, Validated, score(1, 1, 0, 0)), entry("A", "t2", 1, Validated, score(1, 1, 0, 0))
+	c := entry("A", "t1", 1, Validated, score(0, 1, 0, 0))
+	a.Eval, b.Eval, c.Eval = "ev-1", "ev-1", "ev-2"
+	boards, errs := Build([]Entry{a, b, c})
+	if len(errs) != 0 || len(boards) != 1 {
+		t.Fatalf("%v %v", boards, errs)
+	}
+	// ev-1's run 1: 2/2; ev-2's run 1: 0/1; mean 50%, range 0-100%.
+	if r := boards[0].Rows[0]; r.Runs != 2 || r.Accuracy != 0.5 || r.AccuracyMin != 0 || r.AccuracyMax != 1 || *r.CostUSD != 0.75 {
+		t.Fatalf("row %+v", r)
+	}
+}
