@@ -333,6 +333,34 @@ func testBrowser(t *testing.T, f *people) {
 			t.Errorf("%v task rows for solver-a, want %d (easy and medium)", n, 2*len(f.tasks))
 		}
 		tb.has("agent", "1: 0.00", "2: 1.00")
+		// Each task's runs as the public entries say: a validated run's
+		// score (CORE-Bench: 1 when every question is right), else its
+		// status.
+		var entries []struct {
+			Agent, Status string
+			Level         string `json:"level"`
+			TaskID        string `json:"task_id"`
+			Run           int
+			Score         *struct {
+				TaskCorrect bool `json:"task_correct"`
+			}
+		}
+		f.get(t, "", "/api/leaderboard/entries", &entries)
+		cellsOf := map[string][]string{}
+		for _, e := range entries {
+			if e.Agent != "solver-a" {
+				continue
+			}
+			v := e.Status
+			if e.Score != nil {
+				v = map[bool]string{true: "1.00", false: "0.00"}[e.Score.TaskCorrect]
+			}
+			k := e.Level + "/" + e.TaskID
+			cellsOf[k] = append(cellsOf[k], fmt.Sprintf("%d: %s", e.Run, v))
+		}
+		for _, r := range tb.cells("table.tasks tbody tr") {
+			same(t, "solver-a's task "+r["data-task"], r, map[string]string{"c3": strings.Join(cellsOf[r["data-level"]+"/"+r["data-task"]], " ")})
+		}
 		tb.shot("agent")
 
 		tb.open("/nodes", 200)
@@ -542,6 +570,17 @@ func testBrowser(t *testing.T, f *people) {
 			t.Fatal(err)
 		}
 		tb.open("/agents", 200)
+		// The group's agents as GET /api/agents says.
+		var agents []dashboard.Agent
+		f.get(t, f.ann, "/api/agents", &agents)
+		rows := tb.cells("table.agents tbody tr")
+		if len(rows) != len(agents) || len(agents) == 0 {
+			t.Fatalf("%d agents listed, the API has %d", len(rows), len(agents))
+		}
+		for i, a := range agents {
+			same(t, "agent "+a.Name, rows[i], map[string]string{"data-agent": a.Name, "c1": a.Group, "c2": a.Model,
+				"c3": map[bool]string{true: "yes", false: "no"}[a.Deterministic], "c4": dashboard.FormatBytes(a.Size), "digest": a.SHA256})
+		}
 		if got := tb.submit("#push-agent", chromedp.SendKeys(chromedp.CSS(`input[name="name"]`), "solver-form"),
 			chromedp.SetUploadFiles(chromedp.CSS(`input[name="image"]`), []string{file})); got != 200 {
 			t.Fatalf("push with the form: %d %s", got, tb.text())
@@ -625,6 +664,23 @@ func testBrowser(t *testing.T, f *people) {
 		tb.shot("nodes")
 		tb.open("/admin/accounts", 200)
 		tb.has("accounts", "ann", "bob", "carl", "lab-a", "lab-b")
+		// Groups as GET /api/groups says: unfinished attempts, quota.
+		var groups []dashboard.Group
+		f.get(t, f.admin, "/api/groups", &groups)
+		listed := map[string]map[string]string{}
+		for _, r := range tb.cells("table.groups tbody tr") {
+			listed[r["data-group"]] = r
+		}
+		for _, g := range groups {
+			want := fmt.Sprintf("%d", g.Pending)
+			if g.MaxPending > 0 {
+				want += fmt.Sprintf(" of at most %d", g.MaxPending)
+			}
+			same(t, "group "+g.Name, listed[g.Name], map[string]string{"c1": want, "c2": strings.Join(g.Agents, ", ")})
+		}
+		if len(listed) != len(groups) || len(groups) != 3 {
+			t.Errorf("%d groups listed, the API has %d, want 3", len(listed), len(groups))
+		}
 		tb.lacks("accounts", f.ann, f.bob)
 		tb.open("/attempts/"+attsA[0].ID, 200)
 		tb.has("the admin's attempt", "Verdict", "operator only")
@@ -637,7 +693,7 @@ func testBrowser(t *testing.T, f *people) {
 		// The list says what GET /api/repro says of each check.
 		var repros []dashboard.Repro
 		f.get(t, f.admin, "/api/repro", &repros)
-		listed := map[string]map[string]string{}
+		listed = map[string]map[string]string{}
 		for _, r := range tb.cells("table.repros tbody tr") {
 			listed[r["data-repro"]] = r
 		}

@@ -371,6 +371,9 @@ func FormatUSD(v float64) string      { return usd(v) }
 func FormatDuration(s float64) string { return duration(s) }
 func FormatPercent(v float64) string  { return fmt.Sprintf("%.1f%%", 100*v) }
 
+// FormatBytes formats a size as the pages show it (binary units).
+func FormatBytes(n int64) string { return byteCount(n) }
+
 // YesNo is "yes" or "no" for a known verdict, "—" for none.
 func YesNo(b *bool) string {
 	switch {
