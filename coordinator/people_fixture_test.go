@@ -213,7 +213,10 @@ func newPeople(t *testing.T) *people {
 			switch {
 			case (e.Eval == f.evA2 || e.Eval == f.evFree) && e.Status == "validated":
 				decided++
-			case e.Eval == f.evWait && e.Status == "unvalidated":
+			case e.Eval == f.evWait && (e.Status == "unvalidated" || e.Status == "infra_failed"):
+				// Scored and awaiting its fourth replica (or, should the
+				// wait for a node that will never come be cut short, ended
+				// without a validated run): either way no accuracy.
 				waiting++
 			}
 		}
