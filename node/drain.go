@@ -205,7 +205,8 @@ func (n *Node) ControlHandler(defaultGrace time.Duration) http.Handler {
 			}
 			grace = d
 		}
-		writeJSON(w, n.Drain(r.Context(), grace))
+		// The drain goes on if the asker leaves: it is a state of the node.
+		writeJSON(w, n.Drain(context.WithoutCancel(r.Context()), grace))
 	})
 	mux.HandleFunc("POST /resume", func(w http.ResponseWriter, r *http.Request) {
 		n.Resume()

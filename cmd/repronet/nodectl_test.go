@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/repronet/repronet/coordinator"
+	"github.com/repronet/repronet/internal/families"
+)
+
+// TestNodeJoin: `repronet node join URL TOKEN` against a coordinator on
+// loopback admits the node's operator and writes its configuration,
+// keeping what else the file held; a wrong token writes nothing.
+func TestNodeJoin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := coordinator.New(ctx, coordinator.Config{DataDir: t.TempDir(), Network: "join-test-net", JoinTokens: []string{"right-token"},
+		Families: families.Registry(), Checker: families.Checker(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	web := httptest.NewServer(c.Handler())
+	defer web.Close()
+
+	dir := t.TempDir()
+	config := filepath.Join(dir, "etc", "node.toml")
+	if err := os.MkdirAll(filepath.Dir(config), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const kept = "# my settings\nslots = 3\ncoordinator = [\"/ip4/10.0.0.1/tcp/1/p2p/old\"]\n"
+	if err := os.WriteFile(config, []byte(kept), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	join := func(token string) (string, error) {
+		var out bytes.Buffer
+		err := runNodeJoin(ctx, []string{web.URL, token, "--config", config, "--data", data, "--restart", "no"}, &out, io.Discard)
+		return out.String(), err
+	}
+	if _, err := join("wrong-token"); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("a wrong token: %v", err)
+	}
+	if b, _ := os.ReadFile(config); string(b) != kept {
+		t.Fatalf("a refused join changed the configuration:\n%s", b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "etc", "join.token")); err == nil {
+		t.Fatal("a refused join wrote the token")
+	}
+	out, err := join("right-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "admitted") {
+		t.Fatalf("output: %s", out)
+	}
+	b, _ := os.ReadFile(config)
+	conf := string(b)
+	want := `coordinator = ["/ip4/127.0.0.1/tcp/`
+	if !strings.Contains(conf, want) || !strings.Contains(conf, "/p2p/"+c.ID().String()+`"]`) || strings.Contains(conf, "10.0.0.1") ||
+		!strings.Contains(conf, `network = "join-test-net"`) || !strings.Contains(conf, "slots = 3") || !strings.Contains(conf, "# my settings") ||
+		!strings.Contains(conf, `join-token-file = "`+filepath.Join(dir, "etc", "join.token")+`"`) || !strings.Contains(conf, `data = "`+data+`"`) {
+		t.Fatalf("configuration written:\n%s", conf)
+	}
+	st, err := os.Stat(filepath.Join(dir, "etc", "join.token"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v %v", st, err)
+	}
+	// The node's own identity is its operator (no operator key): admitted.
+	ops := c.Operators()
+	if len(ops) != 1 || !strings.Contains(out, ops[0].Operator) {
+		t.Fatalf("admitted %+v; output %s", ops, out)
+	}
+	// Joining again replaces the keys instead of repeating them.
+	if _, err := join("right-token"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(config)
+	if k := strings.Count(string(b), "\ncoordinator ="); k != 1 {
+		t.Fatalf("%d coordinator lines after a second join:\n%s", k, b)
+	}
+}
