@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/repronet/repronet/proto"
@@ -66,7 +67,8 @@ func (n *Node) Resume() {
 
 // Drain stops the node taking new work (it announces no free slot and
 // declines offers as stopping) and waits until what it runs has finished
-// and been reported, or grace has passed (or ctx ended): then it cancels
+// and its reports been delivered (while a coordinator can be reached), or
+// grace has passed (or ctx ended): then it cancels
 // the attempts still running and hands each back to its coordinator. The
 // node stays up, taking no work, until Resume or Close.
 func (n *Node) Drain(ctx context.Context, grace time.Duration) DrainResult {
@@ -88,10 +90,10 @@ wait:
 		n.mu.Lock()
 		idle := len(n.running) == 0
 		n.mu.Unlock()
-		if idle {
-			if p, err := n.Pending(ctx); err == nil && p == 0 {
-				break
-			}
+		// Reports wait in the outbox for a coordinator to take them (its
+		// lease would run out otherwise), unless none can be reached now.
+		if idle && (!n.anyCoordinatorConnected() || n.outboxEmpty(ctx)) {
+			break
 		}
 		select {
 		case <-ctx.Done():
@@ -114,6 +116,20 @@ wait:
 	n.log.Info("drained", "finished", res.Finished, "handed_back", len(res.HandedBack), "not_handed_back", len(res.NotHandedBack),
 		"undelivered_reports", res.Undelivered, "took", res.Took.Round(time.Millisecond))
 	return res
+}
+
+func (n *Node) outboxEmpty(ctx context.Context) bool {
+	p, err := n.Pending(ctx)
+	return err == nil && p == 0
+}
+
+func (n *Node) anyCoordinatorConnected() bool {
+	for _, c := range n.coords {
+		if n.host.Network().Connectedness(c.ID) == network.Connected {
+			return true
+		}
+	}
+	return false
 }
 
 func (n *Node) finishedTotalLocked() int {
