@@ -27,8 +27,12 @@ import (
 // also cover the hand-back and the stop itself.
 const DefaultDrainGrace = 150 * time.Second
 
-// handBackTimeout bounds one hand-back's exchange with its coordinator.
-const handBackTimeout = 10 * time.Second
+// handBackTimeout bounds one hand-back's exchange with its coordinator;
+// stopWait how long a drain waits for the attempts it handed back to stop.
+const (
+	handBackTimeout = 10 * time.Second
+	stopWait        = 30 * time.Second
+)
 
 // DrainResult is what a drain did.
 type DrainResult struct {
@@ -105,6 +109,18 @@ wait:
 	}
 	res := DrainResult{NotHandedBack: map[string]string{}}
 	n.handBackAll(&res)
+	// The attempts handed back stop (their containers are removed) before
+	// the drain is done, within bounds.
+	stopBy := time.Now().Add(stopWait)
+	for {
+		n.mu.Lock()
+		left := len(n.running)
+		n.mu.Unlock()
+		if left == 0 || time.Now().After(stopBy) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	n.mu.Lock()
 	res.Finished = n.finishedTotalLocked() - finished
 	n.mu.Unlock()
