@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/repronet/repronet/node"
@@ -271,22 +272,33 @@ func resolveCoordinator(ctx context.Context, s string) (addr, network string, er
 	if resp.StatusCode != http.StatusOK {
 		return "", "", fmt.Errorf("coordinator %s: GET /api/network: %s", s, resp.Status)
 	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", "", fmt.Errorf("coordinator %s: /api/network: %w", s, err)
+	}
+	return joinAddr(u.Hostname(), body)
+}
+
+// joinAddr reads a coordinator's /api/network answer and makes the
+// multiaddr a node dials it at: host (its web address's), the first TCP
+// port it listens on, its peer ID. It returns the network too.
+func joinAddr(host string, body []byte) (addr, network string, err error) {
 	var info struct {
 		Network string   `json:"network"`
 		Peer    string   `json:"peer"`
 		Addrs   []string `json:"addrs"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&info); err != nil {
-		return "", "", fmt.Errorf("coordinator %s: /api/network: %w", s, err)
+	if err := json.Unmarshal(body, &info); err != nil {
+		return "", "", fmt.Errorf("coordinator %s: /api/network: %w", host, err)
 	}
 	if info.Peer == "" {
-		return "", "", fmt.Errorf("coordinator %s does not say its peer ID (a version before node join): give its multiaddr instead", s)
+		return "", "", fmt.Errorf("coordinator %s does not say its peer ID (a version before node join): give its multiaddr instead", host)
 	}
-	host := "/dns/" + u.Hostname()
-	if ip, err := netip.ParseAddr(u.Hostname()); err == nil {
-		host = "/ip4/" + ip.String()
+	prefix := "/dns/" + host
+	if ip, err := netip.ParseAddr(host); err == nil {
+		prefix = "/ip4/" + ip.String()
 		if ip.Is6() {
-			host = "/ip6/" + ip.String()
+			prefix = "/ip6/" + ip.String()
 		}
 	}
 	for _, a := range info.Addrs {
@@ -295,10 +307,17 @@ func resolveCoordinator(ctx context.Context, s string) (addr, network string, er
 			continue
 		}
 		if port, err := m.ValueForProtocol(ma.P_TCP); err == nil {
-			return host + "/tcp/" + port + "/p2p/" + info.Peer, info.Network, nil
+			addr = prefix + "/tcp/" + port + "/p2p/" + info.Peer
+			if _, err := ma.NewMultiaddr(addr); err != nil {
+				return "", "", fmt.Errorf("coordinator %s: no address to dial from %q and %q: %w", host, a, info.Peer, err)
+			}
+			if _, err := peer.AddrInfoFromString(addr); err != nil {
+				return "", "", fmt.Errorf("coordinator %s: peer %q: %w", host, info.Peer, err)
+			}
+			return addr, info.Network, nil
 		}
 	}
-	return "", "", fmt.Errorf("coordinator %s lists no TCP address to dial (%v)", s, info.Addrs)
+	return "", "", fmt.Errorf("coordinator %s lists no TCP address to dial (%v)", host, info.Addrs)
 }
 
 func tomlString(s string) string { b, _ := json.Marshal(s); return string(b) }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/repronet/repronet/coordinator"
 	"github.com/repronet/repronet/internal/families"
 )
@@ -87,4 +89,51 @@ func TestNodeJoin(t *testing.T) {
 	if k := strings.Count(string(b), "\ncoordinator ="); k != 1 {
 		t.Fatalf("%d coordinator lines after a second join:\n%s", k, b)
 	}
+}
+
+func TestJoinAddr(t *testing.T) {
+	const id = "12D3KooWEU5g9F3chwpEgBZ5ZMX6iWmApjdFEfH6GyC2u6HTtR7Q"
+	cases := []struct {
+		host, body, want, network, err string
+	}{
+		{"coord.example.org", `{"network":"n1","peer":"` + id + `","addrs":["/ip4/10.0.0.5/udp/4001/quic-v1/p2p/` + id + `","/ip4/10.0.0.5/tcp/4001/p2p/` + id + `"]}`,
+			"/dns/coord.example.org/tcp/4001/p2p/" + id, "n1", ""},
+		{"203.0.113.5", `{"peer":"` + id + `","addrs":["/ip4/127.0.0.1/tcp/4002"]}`, "/ip4/203.0.113.5/tcp/4002/p2p/" + id, "", ""},
+		{"2001:db8::1", `{"peer":"` + id + `","addrs":["/ip6/::1/tcp/4003"]}`, "/ip6/2001:db8::1/tcp/4003/p2p/" + id, "", ""},
+		{"h", `{"nodes":3}`, "", "", "peer ID"},
+		{"h", `{"peer":"` + id + `","addrs":["/ip4/1.2.3.4/udp/1/quic-v1","nonsense"]}`, "", "", "no TCP address"},
+		{"h", `{"peer":"not-a-peer","addrs":["/ip4/1.2.3.4/tcp/1"]}`, "", "", "h"},
+		{"h", `not json`, "", "", "/api/network"},
+	}
+	for _, tc := range cases {
+		addr, network, err := joinAddr(tc.host, []byte(tc.body))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s %s: %q, %v; want an error saying %q", tc.host, tc.body, addr, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || addr != tc.want || network != tc.network {
+			t.Errorf("%s %s: %q %q %v; want %q %q", tc.host, tc.body, addr, network, err, tc.want, tc.network)
+		}
+	}
+}
+
+// FuzzJoinAddr: whatever a coordinator answers, joinAddr returns an error
+// or a multiaddr a node can dial (one with the peer ID), never a panic.
+func FuzzJoinAddr(f *testing.F) {
+	const id = "12D3KooWEU5g9F3chwpEgBZ5ZMX6iWmApjdFEfH6GyC2u6HTtR7Q"
+	f.Add("coord.example.org", `{"network":"n1","peer":"`+id+`","addrs":["/ip4/10.0.0.5/tcp/4001/p2p/`+id+`"]}`)
+	f.Add("10.0.0.1", `{"peer":"`+id+`","addrs":["/ip6/::1/tcp/1"]}`)
+	f.Add("x/y", `{"peer":"`+id+`","addrs":["/ip4/1.2.3.4/tcp/1"]}`)
+	f.Add("", `{"peer":"/p2p/x","addrs":[""]}`)
+	f.Fuzz(func(t *testing.T, host, body string) {
+		addr, _, err := joinAddr(host, []byte(body))
+		if err != nil {
+			return
+		}
+		if _, err := peer.AddrInfoFromString(addr); err != nil {
+			t.Fatalf("joinAddr(%q, %q) = %q, which does not parse: %v", host, body, addr, err)
+		}
+	})
 }
