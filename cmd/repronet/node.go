@@ -34,7 +34,8 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return runNodeJoin(ctx, args[1:], stdout, stderr)
 		}
 	}
-	fs := newFlags("node", "node --coordinator MULTIADDR [flags] | node status [--metrics ADDR] | node drain|resume [--control SOCKET] | node join URL|MULTIADDR TOKEN", stderr)
+	fs := newFlags("node", "node [--config FILE] --coordinator MULTIADDR [flags] | node status [--metrics ADDR] | node drain|resume [--control SOCKET] | node join URL|MULTIADDR TOKEN", stderr)
+	configPath := fs.String(configFlag, "", "TOML configuration file holding any of these flags by name (e.g. /etc/repronet/node.toml); flags given here win")
 	dataDir := fs.String("data", defaultDataDir("node"), "data folder: identity key, capsule cache, report outbox, and the sandbox's state (attempts' workspace images, in DATA/sandbox)")
 	diskReserve := byteSize(node.DefaultDiskReserve)
 	fs.Var(&diskReserve, "disk-reserve", "free space the data folder keeps: below it nothing more is written there, assignments are declined as busy and finished reports wait in memory until there is room; bytes, or with a K, M, G or T suffix")
@@ -72,6 +73,9 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if _, err := applyConfig(fs, *configPath); err != nil {
 		return err
 	}
 	if len(coords) == 0 {

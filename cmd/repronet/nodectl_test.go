@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -81,6 +83,18 @@ func TestNodeJoin(t *testing.T) {
 	if len(ops) != 1 || !strings.Contains(out, ops[0].Operator) {
 		t.Fatalf("admitted %+v; output %s", ops, out)
 	}
+	// The file reads as a configuration (--config): the list, the strings.
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	var coords stringList
+	fs.Var(&coords, "coordinator", "")
+	netName, tokenFile, dataDir, slots := fs.String("network", "", ""), fs.String("join-token-file", "", ""), fs.String("data", "", ""), fs.Int("slots", 1, "")
+	if _, err := applyConfig(fs, config); err != nil {
+		t.Fatal(err)
+	}
+	if len(coords) != 1 || !strings.HasSuffix(coords[0], c.ID().String()) || *netName != "join-test-net" || *slots != 3 ||
+		*tokenFile != filepath.Join(dir, "etc", "join.token") || *dataDir != data {
+		t.Fatalf("read back: %v %q %q %q %d", coords, *netName, *tokenFile, *dataDir, *slots)
+	}
 	// Joining again replaces the keys instead of repeating them.
 	if _, err := join("right-token"); err != nil {
 		t.Fatal(err)
@@ -136,4 +150,37 @@ func FuzzJoinAddr(f *testing.F) {
 			t.Fatalf("joinAddr(%q, %q) = %q, which does not parse: %v", host, body, addr, err)
 		}
 	})
+}
+
+// TestPackagedConfigs: the configuration files the packages install hold
+// only settings the commands know. The node's names no coordinator until
+// it joins; the coordinator's runs (its paths and ports moved aside by
+// flags, which win).
+func TestPackagedConfigs(t *testing.T) {
+	err := runNode(context.Background(), []string{"--config", "../../dist/node.toml"}, io.Discard, io.Discard)
+	if !errors.Is(err, errNoCoordinator) {
+		t.Fatalf("repronet node --config dist/node.toml: %v, want only %v", err, errNoCoordinator)
+	}
+	b, err := os.ReadFile("../../dist/coordinator.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	text := strings.NewReplacer("/var/lib/repronet/coordinator", dir, "/ip4/0.0.0.0/tcp/4001", "/ip4/127.0.0.1/tcp/0",
+		"127.0.0.1:8080", "127.0.0.1:0").Replace(string(b))
+	for _, k := range []string{"data", "network", "listen", "http", "admin-token-file", "join-token-file"} {
+		if !strings.Contains(text, "\n"+k+" = ") {
+			t.Fatalf("dist/coordinator.toml sets no %s", k)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "admin.token"), []byte(cliAdmin+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	api, log := startConfigured(t, dir, "coordinator.toml", text)
+	if !strings.Contains(log(), "HTTP API listening") || api == "" {
+		t.Fatalf("log:\n%s", log())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "join.token")); err != nil {
+		t.Fatalf("the standing join token was not made: %v", err)
+	}
 }
