@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 
@@ -157,6 +158,12 @@ func runNodeJoin(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.Usage()
 		return errors.New("node join needs the coordinator (URL or multiaddr) and the join token")
 	}
+	// The node's data folder and operator key, unless given here, are the
+	// ones its configuration names: the operator admitted is then the one
+	// the node will announce.
+	if err := fromNodeConfig(fs, *config, map[string]*string{"data": dataDir, "operator-key": operatorKey}); err != nil {
+		return err
+	}
 	token := pos[1]
 	if token == "-" {
 		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
@@ -218,6 +225,25 @@ func runNodeJoin(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	fmt.Fprintf(stdout, "%s enabled and (re)started: see journalctl -u %s, repronet node status\n", nodeUnit, nodeUnit)
+	return nil
+}
+
+// fromNodeConfig sets each of vals that the command line left unset from
+// the node's configuration file, when it has that key.
+func fromNodeConfig(flags *flag.FlagSet, path string, vals map[string]*string) error {
+	var doc map[string]any
+	if _, err := toml.DecodeFile(path, &doc); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("--config %s: %w", path, err)
+	}
+	set := map[string]bool{}
+	flags.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for k, v := range vals {
+		if s, ok := doc[k].(string); ok && s != "" && !set[k] {
+			*v = s
+		}
+	}
 	return nil
 }
 

@@ -40,7 +40,13 @@ func TestNodeJoin(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(config), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	const kept = "# my settings\nslots = 3\ncoordinator = [\"/ip4/10.0.0.1/tcp/1/p2p/old\"]\n"
+	opPath := filepath.Join(dir, "operator.key")
+	opKey, err := loadOrCreateKey(opPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opID, _ := peer.IDFromPrivateKey(opKey)
+	kept := "# my settings\nslots = 3\ncoordinator = [\"/ip4/10.0.0.1/tcp/1/p2p/old\"]\noperator-key = \"" + opPath + "\"\n"
 	if err := os.WriteFile(config, []byte(kept), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -78,16 +84,18 @@ func TestNodeJoin(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("token file: %v %v", st, err)
 	}
-	// The node's own identity is its operator (no operator key): admitted.
+	// The operator admitted is the one the configuration's operator key
+	// names (the node announces certificates of that key).
 	ops := c.Operators()
-	if len(ops) != 1 || !strings.Contains(out, ops[0].Operator) {
-		t.Fatalf("admitted %+v; output %s", ops, out)
+	if len(ops) != 1 || ops[0].Operator != opID.String() || !strings.Contains(out, "operator "+opID.String()) {
+		t.Fatalf("admitted %+v, want %s; output %s", ops, opID, out)
 	}
 	// The file reads as a configuration (--config): the list, the strings.
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	var coords stringList
 	fs.Var(&coords, "coordinator", "")
 	netName, tokenFile, dataDir, slots := fs.String("network", "", ""), fs.String("join-token-file", "", ""), fs.String("data", "", ""), fs.Int("slots", 1, "")
+	fs.String("operator-key", "", "")
 	if _, err := applyConfig(fs, config); err != nil {
 		t.Fatal(err)
 	}
