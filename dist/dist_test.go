@@ -11,13 +11,18 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/repronet/repronet/bench/corebench/sample"
 	"github.com/repronet/repronet/coordinator"
+	"github.com/repronet/repronet/internal/agentimage"
 	"github.com/repronet/repronet/internal/debimage"
+	"github.com/repronet/repronet/internal/demo"
 	"github.com/repronet/repronet/internal/families"
 	"github.com/repronet/repronet/internal/fixtures"
+	"github.com/repronet/repronet/sandbox"
 )
 
 // nodeNeeds are the Debian packages the node runs (scripts/setup.sh,
@@ -32,7 +37,8 @@ var nodeNeeds = []string{"containerd", "runc", "iproute2", "nftables", "e2fsprog
 // dependencies are declared, the coordinator's user and admin token are
 // made, and systemd-analyze verify finds nothing wrong with the units.
 // Then `repronet node join` runs inside the root against a coordinator on
-// loopback and writes the node's configuration; a purge removes it.
+// loopback and writes the node's configuration, the admitted node runs the
+// coordinator's work, and a purge removes it.
 func TestPackagesInstall(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: dpkg -i into a chroot")
@@ -125,15 +131,19 @@ func TestPackagesInstall(t *testing.T) {
 	}
 
 	// repronet node join, inside the root, against a coordinator on loopback.
-	c, err := coordinator.New(ctx, coordinator.Config{DataDir: t.TempDir(), Network: "dist-test", JoinTokens: []string{"dist-join-token"},
-		Families: families.Registry(), Checker: families.Checker(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	c, err := coordinator.New(ctx, coordinator.Config{DataDir: t.TempDir(), Network: "dist-test", JoinTokens: []string{"dist-test-join-token"},
+		Families: families.Registry(), Checker: families.Checker(), Limits: demo.SampleLimits(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	if err := demo.ImportSample(ctx, c); err != nil {
+		t.Fatal(err)
+	}
 	web := httptest.NewServer(c.Handler())
 	defer web.Close()
-	joined := in("/usr/bin/repronet", "node", "join", web.URL, "dist-join-token")
+	joined := in("/usr/bin/repronet", "node", "join", web.URL, "dist-test-join-token")
 	if !strings.Contains(joined, "admitted") || len(c.Operators()) != 1 {
 		t.Fatalf("node join: %s (operators %+v)", joined, c.Operators())
 	}
@@ -149,12 +159,97 @@ func TestPackagesInstall(t *testing.T) {
 		t.Errorf("the node's identity: %v", err)
 	}
 
+	// The installed binary, as the node that joined (its identity, its
+	// configuration and token from the root), runs the sample suite's work
+	// on this machine's containerd: the admitted node does work.
+	runJoinedNode(ctx, t, c, root)
+
 	// A purge takes the node's configuration, token and data away.
 	in("dpkg", "--purge", "repronet-node")
 	for _, gone := range []string{"etc/repronet/node.toml", "etc/repronet/join.token", "var/lib/repronet/node", "lib/systemd/system/repronet-node.service"} {
 		if _, err := os.Stat(filepath.Join(root, gone)); err == nil {
 			t.Errorf("%s left after purge", gone)
 		}
+	}
+}
+
+// runJoinedNode runs the root's repronet as the node `repronet node join`
+// configured there (its data folder, configuration and join token), on
+// this machine's private containerd (the root has none), until it has run
+// the sample suite's easy level; then stops it with SIGTERM.
+func runJoinedNode(ctx context.Context, t *testing.T, c *coordinator.Coordinator, root string) {
+	t.Helper()
+	d, err := sandbox.EnsureDaemon(ctx, sandbox.DefaultDaemonDir, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(t.TempDir(), "base.oci.tar")
+	if err := agentimage.WriteBase(base, sample.BaseImage, agentimage.BusyboxPath); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "node.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	// Paths the configuration names on the installed system are the root's here.
+	cmd := exec.Command(filepath.Join(root, "usr/bin/repronet"), "node", "--config", filepath.Join(root, "etc/repronet/node.toml"),
+		"--data", filepath.Join(root, "var/lib/repronet/node"), "--join-token-file", filepath.Join(root, "etc/repronet/join.token"),
+		"--start-containerd", "", "--containerd", d.Socket, "--namespace", "repronet-dist-test", "--metrics", "", "--base-image", base)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("node log:\n%s", b[max(0, len(b)-16<<10):])
+		}
+	}()
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("timed out waiting for %s", what)
+			case err := <-exited:
+				t.Fatalf("the node exited (%v) while waiting for %s", err, what)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	wait("the node in view", func() bool { return len(c.Nodes()) == 1 && c.Nodes()[0].Connected })
+	nodeID := c.Nodes()[0].ID
+	if ops := c.Operators(); len(ops) != 1 || ops[0].Operator != nodeID {
+		t.Fatalf("admitted operators %+v; the node that joined is %s", ops, nodeID)
+	}
+	if _, _, err := c.Evaluate(ctx, coordinator.Evaluation{Suite: demo.SuiteName, Agent: "oracle", Levels: []string{"easy"}, Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	wait("the work done", func() bool { p := c.Progress(); return p.Total > 0 && p.Done+p.Failed == p.Total })
+	for _, a := range c.Attempts() {
+		if a.State != coordinator.StateDone || a.ReportedBy != nodeID || a.Outcome != "ok" {
+			t.Fatalf("attempt %s: %s, outcome %q, reported by %q: %s", a.ID, a.State, a.Outcome, a.ReportedBy, a.Detail)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("the node's stop: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the node, idle, did not stop within 30 s of SIGTERM")
 	}
 }
 

@@ -172,8 +172,9 @@ func runNodeJoin(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		token = strings.TrimSpace(line)
 	}
-	if token == "" {
-		return errors.New("node join: empty join token")
+	if len(token) < minSecret {
+		// The node reads its token file as any secret (readSecret).
+		return fmt.Errorf("node join: a join token has at least %d characters", minSecret)
 	}
 	coord, netName, err := resolveCoordinator(ctx, pos[0])
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 func TestNodeJoin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := coordinator.New(ctx, coordinator.Config{DataDir: t.TempDir(), Network: "join-test-net", JoinTokens: []string{"right-token"},
+	c, err := coordinator.New(ctx, coordinator.Config{DataDir: t.TempDir(), Network: "join-test-net", JoinTokens: []string{"right-token-0123456789"},
 		Families: families.Registry(), Checker: families.Checker(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +56,10 @@ func TestNodeJoin(t *testing.T) {
 		err := runNodeJoin(ctx, []string{web.URL, token, "--config", config, "--data", data, "--restart", "no"}, &out, io.Discard)
 		return out.String(), err
 	}
-	if _, err := join("wrong-token"); err == nil || !strings.Contains(err.Error(), "refused") {
+	if _, err := join("short"); err == nil || !strings.Contains(err.Error(), "at least 16") {
+		t.Fatalf("a token the node would refuse to read: %v", err)
+	}
+	if _, err := join("wrong-token-0123456789"); err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("a wrong token: %v", err)
 	}
 	if b, _ := os.ReadFile(config); string(b) != kept {
@@ -65,7 +68,7 @@ func TestNodeJoin(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "etc", "join.token")); err == nil {
 		t.Fatal("a refused join wrote the token")
 	}
-	out, err := join("right-token")
+	out, err := join("right-token-0123456789")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +107,7 @@ func TestNodeJoin(t *testing.T) {
 		t.Fatalf("read back: %v %q %q %q %d", coords, *netName, *tokenFile, *dataDir, *slots)
 	}
 	// Joining again replaces the keys instead of repeating them.
-	if _, err := join("right-token"); err != nil {
+	if _, err := join("right-token-0123456789"); err != nil {
 		t.Fatal(err)
 	}
 	b, _ = os.ReadFile(config)
