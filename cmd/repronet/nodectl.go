@@ -81,13 +81,20 @@ func controlClient(path string) *http.Client {
 // runNodeDrain asks the running node to drain (and waits until it has) or
 // to take work again.
 func runNodeDrain(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("node "+verb, "node "+verb+" [--control SOCKET | --data DIR] [--grace D] [--json]", stderr)
+	fs := newFlags("node "+verb, "node "+verb+" [--control SOCKET | --data DIR | --config FILE] [--grace D] [--json]", stderr)
+	config := fs.String("config", defaultNodeConfig, "the node's configuration file, for its data and control settings (when it exists)")
 	dataDir := fs.String("data", defaultDataDir("node"), "the node's data folder (its control socket is DATA/"+controlSocket+")")
 	control := fs.String("control", "", "the node's control socket (default DATA/"+controlSocket+")")
 	grace := fs.Duration("grace", -1, "drain: how long running attempts may go on before they are handed back (default: the node's --drain-grace)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if err := fromNodeConfig(fs, *config, map[string]*string{"data": dataDir, "control": control}); err != nil {
+		return err
+	}
+	if *control == "off" {
+		return fmt.Errorf("the node's control socket is off (control = \"off\" in %s)", *config)
 	}
 	path := cmpOr(*control, filepath.Join(*dataDir, controlSocket))
 	u := "http://node/" + verb
