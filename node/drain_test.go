@@ -46,6 +46,11 @@ func TestDrain(t *testing.T) {
 	if st := n.Status(context.Background()); !st.Draining || st.TotalSlots != 2 || st.FreeSlots != 0 {
 		t.Fatalf("status while draining: draining %v, %d free of %d", st.Draining, st.FreeSlots, st.TotalSlots)
 	}
+	rec := httptest.NewRecorder()
+	n.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if m := rec.Body.String(); !strings.Contains(m, "repronet_node_draining 1") || !strings.Contains(m, `repronet_node_slots{state="free"} 0`) {
+		t.Fatalf("metrics while draining lack repronet_node_draining 1 or free slots 0")
+	}
 	res := <-done
 	if took := time.Since(start); took < grace || took > grace+15*time.Second {
 		t.Fatalf("drain took %v with a grace of %v", took, grace)
