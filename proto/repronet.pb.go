@@ -2265,13 +2265,17 @@ type EgressHost struct {
 	// "(invalid)" for a refused request that named no host name).
 	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
 	// connections counts the CONNECT tunnels and plain HTTP requests
-	// allowed; refused those refused (by name, port or address).
+	// allowed and carried; refused those refused (by name, port or
+	// address).
 	Connections uint64 `protobuf:"varint,2,opt,name=connections,proto3" json:"connections,omitempty"`
 	Refused     uint64 `protobuf:"varint,3,opt,name=refused,proto3" json:"refused,omitempty"`
 	// bytes_sent is what the attempt sent to the host, bytes_received what
 	// it got back (through tunnels, and plain HTTP bodies).
 	BytesSent     uint64 `protobuf:"varint,4,opt,name=bytes_sent,json=bytesSent,proto3" json:"bytes_sent,omitempty"`
 	BytesReceived uint64 `protobuf:"varint,5,opt,name=bytes_received,json=bytesReceived,proto3" json:"bytes_received,omitempty"`
+	// failed counts those allowed whose lookup or upstream connection
+	// failed (the proxy answered 502).
+	Failed        uint64 `protobuf:"varint,6,opt,name=failed,proto3" json:"failed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2337,6 +2341,13 @@ func (x *EgressHost) GetBytesSent() uint64 {
 func (x *EgressHost) GetBytesReceived() uint64 {
 	if x != nil {
 		return x.BytesReceived
+	}
+	return 0
+}
+
+func (x *EgressHost) GetFailed() uint64 {
+	if x != nil {
+		return x.Failed
 	}
 	return 0
 }
@@ -2818,7 +2829,7 @@ const file_proto_repronet_proto_rawDesc = "" +
 	"\aoutputs\x18\x10 \x03(\v2\x16.repronet.v1.OutputRefR\aoutputs\x12(\n" +
 	"\x10model_chain_head\x18\x12 \x01(\tR\x0emodelChainHead\x12/\n" +
 	"\x06egress\x18\x13 \x03(\v2\x17.repronet.v1.EgressHostR\x06egress\x120\n" +
-	"\x14egress_hosts_omitted\x18\x14 \x01(\rR\x12egressHostsOmittedJ\x04\b\x03\x10\x04J\x04\b\a\x10\bJ\x04\b\b\x10\tJ\x04\b\x0f\x10\x10\"\xa2\x01\n" +
+	"\x14egress_hosts_omitted\x18\x14 \x01(\rR\x12egressHostsOmittedJ\x04\b\x03\x10\x04J\x04\b\a\x10\bJ\x04\b\b\x10\tJ\x04\b\x0f\x10\x10\"\xba\x01\n" +
 	"\n" +
 	"EgressHost\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12 \n" +
@@ -2826,7 +2837,8 @@ const file_proto_repronet_proto_rawDesc = "" +
 	"\arefused\x18\x03 \x01(\x04R\arefused\x12\x1d\n" +
 	"\n" +
 	"bytes_sent\x18\x04 \x01(\x04R\tbytesSent\x12%\n" +
-	"\x0ebytes_received\x18\x05 \x01(\x04R\rbytesReceived\"[\n" +
+	"\x0ebytes_received\x18\x05 \x01(\x04R\rbytesReceived\x12\x16\n" +
+	"\x06failed\x18\x06 \x01(\x04R\x06failed\"[\n" +
 	"\tOutputRef\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x10\n" +
 	"\x03cid\x18\x02 \x01(\fR\x03cid\x12\x12\n" +

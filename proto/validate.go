@@ -489,7 +489,7 @@ func ValidateReport(r *Report) error {
 // validateEgress checks a report's egress record: at most
 // MaxReportEgressHosts hosts, each named once by 1-MaxEgressHost printable
 // ASCII characters, counts and bytes bounded, and at least one connection
-// or refusal each.
+// refusal or failure each.
 func validateEgress(id string, hosts []*EgressHost, omitted uint32) error {
 	if k := len(hosts); k > MaxReportEgressHosts {
 		return invalid("report %s: %d egress hosts (max %d)", id, k, MaxReportEgressHosts)
@@ -513,11 +513,11 @@ func validateEgress(id string, hosts []*EgressHost, omitted uint32) error {
 		}
 		seen[name] = true
 		switch {
-		case h.GetConnections() == 0 && h.GetRefused() == 0:
-			return invalid("report %s: egress[%d] (%s): neither a connection nor a refusal", id, i, name)
-		case h.GetConnections() > maxEgressCount || h.GetRefused() > maxEgressCount:
-			return invalid("report %s: egress[%d] (%s): connections %d, refused %d (max %d each)", id, i, name,
-				h.GetConnections(), h.GetRefused(), uint64(maxEgressCount))
+		case h.GetConnections() == 0 && h.GetRefused() == 0 && h.GetFailed() == 0:
+			return invalid("report %s: egress[%d] (%s): neither a connection, a refusal nor a failure", id, i, name)
+		case h.GetConnections() > maxEgressCount || h.GetRefused() > maxEgressCount || h.GetFailed() > maxEgressCount:
+			return invalid("report %s: egress[%d] (%s): connections %d, refused %d, failed %d (max %d each)", id, i, name,
+				h.GetConnections(), h.GetRefused(), h.GetFailed(), uint64(maxEgressCount))
 		case h.GetBytesSent() > maxEgressBytes || h.GetBytesReceived() > maxEgressBytes:
 			return invalid("report %s: egress[%d] (%s): bytes sent %d, received %d (max %d each)", id, i, name,
 				h.GetBytesSent(), h.GetBytesReceived(), uint64(maxEgressBytes))

@@ -38,7 +38,7 @@ func TestValidateReport(t *testing.T) {
 		{"a chain head that is not one", func(r *Report) { r.ModelChainHead = "deadbeef" }, "model_chain_head"},
 		{"an egress record", func(r *Report) {
 			r.Egress = []*EgressHost{{Host: "pypi.org", Connections: 3, BytesSent: 900, BytesReceived: 1 << 20},
-				{Host: "evil.example", Refused: 2}, {Host: "(invalid)", Refused: 1}}
+				{Host: "evil.example", Refused: 2}, {Host: "(invalid)", Refused: 1}, {Host: "gone.example", Failed: 2}}
 			r.EgressHostsOmitted = 4
 		}, ""},
 		{"too many egress hosts", func(r *Report) {
