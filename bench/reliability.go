@@ -2,8 +2,11 @@ package bench
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // Reliability measures (issue 27): what the runs an evaluation already has
@@ -232,4 +235,62 @@ func ReliabilityKey() []KeyItem {
 type KeyItem struct {
 	Name    string `json:"name"`
 	Meaning string `json:"meaning"`
+}
+
+// ReliabilityText is how text views (the CLI) show a row's measures: a
+// few lines, each indented by indent, without a trailing newline. A k
+// over fewer tasks than the row has is followed by its task count.
+func ReliabilityText(r *Reliability, indent string) []string {
+	if r == nil || r.Runs == 0 {
+		return []string{indent + "reliability: no validated run"}
+	}
+	pct := func(x float64) string { return strconv.FormatFloat(100*x, 'f', 1, 64) + "%" }
+	ks := func(name string, xs []AtK) string {
+		parts := make([]string, 0, len(xs))
+		for _, x := range xs {
+			p := name + strconv.Itoa(x.K) + " " + pct(x.Value)
+			if x.Tasks < r.Tasks {
+				p += " (" + strconv.Itoa(x.Tasks) + " tasks)"
+			}
+			parts = append(parts, p)
+		}
+		return strings.Join(parts, "  ")
+	}
+	lines := []string{
+		fmt.Sprintf("%sreliability (pass = %s; %d runs of %d tasks, %d-%d per task)", indent, r.Pass, r.Runs, r.Tasks, r.MinRuns, r.MaxRuns),
+		indent + "  " + ks("pass@", r.PassAtK),
+		indent + "  " + ks("pass^", r.PassHatK),
+	}
+	cons := "consistency - (no task has 2 runs)"
+	if r.Consistency != nil {
+		cons = fmt.Sprintf("consistency %s (%d of %d tasks with 2+ runs agree)", pct(*r.Consistency), r.ConsistentTasks, r.RepeatedTasks)
+	}
+	spread := func(s *Spread, f func(float64) string) string {
+		if s == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%s / %s / %s (%d runs)", f(s.Min), f(s.Median), f(s.Max), s.N)
+	}
+	dollars := func(x float64) string { return "$" + strconv.FormatFloat(x, 'f', 4, 64) }
+	secs := func(x float64) string { return strconv.FormatFloat(x, 'f', 0, 64) + "s" }
+	lines = append(lines, indent+"  "+cons,
+		indent+"  cost min/median/max "+spread(r.CostUSD, dollars)+"; wall "+spread(r.WallSeconds, secs))
+	line := indent + "  per task (+ passed, - failed, by run):"
+	for _, t := range r.PerTask {
+		var b strings.Builder
+		for _, run := range t.Runs {
+			if run.Pass {
+				b.WriteByte('+')
+			} else {
+				b.WriteByte('-')
+			}
+		}
+		item := " " + t.Task + " " + b.String()
+		if len(line)+len(item) > 100 {
+			lines = append(lines, line)
+			line = indent + "   "
+		}
+		line += item
+	}
+	return append(lines, line)
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -136,5 +137,21 @@ func TestMeasureReliabilityEmptyAndSingle(t *testing.T) {
 	r = MeasureReliability("x", []RunOutcome{{Task: "a", Run: 1, Pass: true, WallSeconds: 3}})
 	if r.Consistency != nil || r.RepeatedTasks != 0 || len(r.PassAtK) != 1 || r.PassAtK[0].Value != 1 || r.CostUSD != nil {
 		t.Fatalf("single run: %+v", r)
+	}
+}
+
+func TestReliabilityText(t *testing.T) {
+	runs := []RunOutcome{{Task: "a", Run: 1, Pass: true, WallSeconds: 10}, {Task: "a", Run: 2, Pass: false, WallSeconds: 30},
+		{Task: "b", Run: 1, Pass: true, CostUSD: usd(0.25), WallSeconds: 20}}
+	got := strings.Join(ReliabilityText(MeasureReliability("task_correct", runs), "  "), "\n")
+	for _, want := range []string{"pass = task_correct; 3 runs of 2 tasks, 1-2 per task", "pass@1 75.0%", "pass@2 100.0% (1 tasks)",
+		"pass^2 0.0% (1 tasks)", "consistency 0.0% (0 of 1 tasks with 2+ runs agree)", "cost min/median/max $0.2500 / $0.2500 / $0.2500 (1 runs)",
+		"wall 10s / 20s / 30s (3 runs)", "a +- b +"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q not in\n%s", want, got)
+		}
+	}
+	if got := ReliabilityText(nil, ""); len(got) != 1 || !strings.Contains(got[0], "no validated run") {
+		t.Errorf("nil: %q", got)
 	}
 }
