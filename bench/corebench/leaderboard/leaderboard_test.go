@@ -206,3 +206,49 @@ func TestBuildSamples(t *testing.T) {
 		t.Fatalf("row %+v: want 3 runs, mean 2/3 in [0, 1], 3 samples of which 1 replay-verified", r)
 	}
 }
+
+// TestBuildReliability: a row's reliability measures count its validated
+// attempts only, a run passing when the task is correct.
+func TestBuildReliability(t *testing.T) {
+	entries := []Entry{
+		entry("A", "t1", 1, Validated, score(1, 1, 1, 1)),
+		entry("A", "t1", 2, Validated, score(1, 1, 1, 1)),
+		entry("A", "t1", 3, Validated, score(0, 1, 1, 1)),
+		entry("A", "t2", 1, Validated, score(0, 2, 0, 0)),
+		entry("A", "t2", 2, Validated, score(1, 2, 0, 0)),
+		entry("A", "t2", 3, Inconsistent, nil), // never counted
+		entry("A", "t3", 1, InfraFailed, nil),
+	}
+	entries[1].WallSeconds, entries[2].WallSeconds = 300, 200
+	boards, errs := Build(entries)
+	if len(errs) != 0 || len(boards) != 1 || len(boards[0].Rows) != 1 {
+		t.Fatalf("boards %+v errs %v", boards, errs)
+	}
+	r := boards[0].Rows[0].Reliability
+	if r == nil || r.Pass != PassRule || r.Tasks != 2 || r.Runs != 5 || r.MinRuns != 2 || r.MaxRuns != 3 {
+		t.Fatalf("reliability %+v", r)
+	}
+	// t1: n=3 c=2; t2: n=2 c=0.
+	if !approx(r.PassAtK[0].Value, (2.0/3+0)/2) || !approx(r.PassAtK[1].Value, (1+0)/2.0) || r.PassAtK[2].Tasks != 1 ||
+		!approx(r.PassAtK[2].Value, 1) {
+		t.Errorf("pass@k %+v", r.PassAtK)
+	}
+	if !approx(r.PassHatK[1].Value, (1.0/3+0)/2) || !approx(r.PassHatK[2].Value, 0) {
+		t.Errorf("pass^k %+v", r.PassHatK)
+	}
+	if r.Consistency == nil || !approx(*r.Consistency, 0.5) {
+		t.Errorf("consistency %v, want t2 consistent, t1 not", r.Consistency)
+	}
+	if w := r.PerTask[0].WallSeconds; w.Min != 100 || w.Median != 200 || w.Max != 300 {
+		t.Errorf("t1 wall spread %+v", w)
+	}
+	var text strings.Builder
+	if err := WriteText(&text, boards); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"A (gpt-x):", "pass@1 33.3%", "pass^2 16.7%", "pass@3 100.0% (1 tasks)", "consistency 50.0% (1 of 2", "t1 ++- t2 --"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("%q not in\n%s", want, text.String())
+		}
+	}
+}
