@@ -27,6 +27,7 @@ func TestPeople(t *testing.T) {
 	f := newPeople(t)
 	t.Run("scopes", func(t *testing.T) { testScopes(t, f) })
 	t.Run("hal", func(t *testing.T) { testHAL(t, f) })
+	t.Run("reliability", func(t *testing.T) { testReliability(t, f) })
 	t.Run("browser", func(t *testing.T) { testBrowser(t, f) })
 	t.Run("revoke", func(t *testing.T) { testRevoke(t, f) })
 }
