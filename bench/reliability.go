@@ -29,9 +29,11 @@ import (
 //     runs (per task, and over the row's runs).
 
 // RunOutcome is one validated run of a task as the reliability measures
-// see it.
+// see it. A run is named by its evaluation and its number there (every
+// evaluation numbers its runs from 1).
 type RunOutcome struct {
 	Task string
+	Eval string
 	Run  int
 	Pass bool
 	// CostUSD is the run's model cost, nil when not metered.
@@ -41,7 +43,7 @@ type RunOutcome struct {
 
 // Outcome is e as a RunOutcome that passed or not.
 func (e Entry) Outcome(pass bool) RunOutcome {
-	return RunOutcome{Task: e.TaskID, Run: e.Run, Pass: pass, CostUSD: e.CostUSD, WallSeconds: e.WallSeconds}
+	return RunOutcome{Task: e.TaskID, Eval: e.Eval, Run: e.Run, Pass: pass, CostUSD: e.CostUSD, WallSeconds: e.WallSeconds}
 }
 
 // Reliability is a board row's reliability measures.
@@ -92,7 +94,8 @@ type Spread struct {
 // TaskRuns is one task's runs on a row.
 type TaskRuns struct {
 	Task string `json:"task"`
-	// Runs are the task's validated runs by run number, each passed or not.
+	// Runs are the task's validated runs by evaluation and run number,
+	// each passed or not.
 	Runs   []RunPass `json:"runs"`
 	Passed int       `json:"passed"`
 	// Consistent: the runs all agree (a single run does too).
@@ -101,10 +104,12 @@ type TaskRuns struct {
 	WallSeconds *Spread `json:"wall_seconds"`
 }
 
-// RunPass is one run of a task: its number and whether it passed.
+// RunPass is one run of a task: its evaluation (as the entries name it)
+// and number there, and whether it passed.
 type RunPass struct {
-	Run  int  `json:"run"`
-	Pass bool `json:"pass"`
+	Eval string `json:"eval,omitempty"`
+	Run  int    `json:"run"`
+	Pass bool   `json:"pass"`
 }
 
 // PassAtK is the unbiased estimate of pass@k for a task with n runs of
@@ -152,7 +157,8 @@ func SpreadOf(xs []float64) *Spread {
 }
 
 // MeasureReliability computes a row's measures from its validated runs
-// (one per task and run number) under the pass rule named pass.
+// (one per task, evaluation and run number) under the pass rule named
+// pass.
 func MeasureReliability(pass string, runs []RunOutcome) *Reliability {
 	byTask := map[string][]RunOutcome{}
 	for _, r := range runs {
@@ -164,11 +170,11 @@ func MeasureReliability(pass string, runs []RunOutcome) *Reliability {
 	var tasks []counted
 	for _, id := range slices.Sorted(maps.Keys(byTask)) {
 		rs := byTask[id]
-		slices.SortFunc(rs, func(a, b RunOutcome) int { return cmp.Compare(a.Run, b.Run) })
+		slices.SortFunc(rs, func(a, b RunOutcome) int { return cmp.Or(cmp.Compare(a.Eval, b.Eval), cmp.Compare(a.Run, b.Run)) })
 		tr := TaskRuns{Task: id, Runs: make([]RunPass, 0, len(rs)), Consistent: true}
 		var tc, tw []float64
 		for _, r := range rs {
-			tr.Runs = append(tr.Runs, RunPass{Run: r.Run, Pass: r.Pass})
+			tr.Runs = append(tr.Runs, RunPass{Eval: r.Eval, Run: r.Run, Pass: r.Pass})
 			if r.Pass {
 				tr.Passed++
 			}

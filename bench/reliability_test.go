@@ -113,7 +113,7 @@ func TestMeasureReliability(t *testing.T) {
 		t.Fatalf("per task %+v", r.PerTask)
 	}
 	b := r.PerTask[1]
-	if b.Passed != 2 || b.Consistent || len(b.Runs) != 3 || b.Runs[0] != (RunPass{1, true}) || b.Runs[1] != (RunPass{2, false}) ||
+	if b.Passed != 2 || b.Consistent || len(b.Runs) != 3 || b.Runs[0] != (RunPass{Run: 1, Pass: true}) || b.Runs[1] != (RunPass{Run: 2}) ||
 		*b.CostUSD != (Spread{Min: 4, Median: 5, Max: 6, N: 2}) || *b.WallSeconds != (Spread{Min: 5, Median: 5, Max: 50, N: 3}) {
 		t.Errorf("task b %+v", b)
 	}
