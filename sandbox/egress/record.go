@@ -58,7 +58,8 @@ type Record struct {
 	// Hosts are at most MaxRecordHosts, most connections, refusals and
 	// failures first, then most bytes, then by name.
 	Hosts []HostRecord `json:"hosts"`
-	// Omitted counts the hosts left out of Hosts.
+	// Omitted counts the hosts left out of Hosts (past the 4,096 hosts a
+	// session tracks, each request to a further host counts one).
 	Omitted int `json:"omitted,omitempty"`
 }
 
