@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -154,4 +155,22 @@ func TestReliabilityText(t *testing.T) {
 	if got := ReliabilityText(nil, ""); len(got) != 1 || !strings.Contains(got[0], "no validated run") {
 		t.Errorf("nil: %q", got)
 	}
+}
+
+// BenchmarkMeasureReliability: a CORE-Bench-sized row, 270 tasks of 5
+// runs each; reports the size of its JSON.
+func BenchmarkMeasureReliability(b *testing.B) {
+	var runs []RunOutcome
+	for task := range 270 {
+		for run := 1; run <= 5; run++ {
+			runs = append(runs, RunOutcome{Task: fmt.Sprintf("capsule-%07d", task), Run: run, Pass: (task*run)%3 == 0,
+				CostUSD: usd(0.01 * float64(run)), WallSeconds: float64(60 * run)})
+		}
+	}
+	var r *Reliability
+	for b.Loop() {
+		r = MeasureReliability("task_correct", runs)
+	}
+	j, _ := json.Marshal(r)
+	b.ReportMetric(float64(len(j)), "json-bytes")
 }
