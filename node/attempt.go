@@ -27,6 +27,7 @@ import (
 	"github.com/repronet/repronet/proto"
 	"github.com/repronet/repronet/recipe"
 	"github.com/repronet/repronet/sandbox"
+	"github.com/repronet/repronet/sandbox/egress"
 )
 
 // agentUID is the unprivileged user jobs run as; their workspace is
@@ -271,6 +272,8 @@ type attemptResult struct {
 	outputs []*proto.OutputRef
 	// chainHead is the last conversation chain head the gateway returned.
 	chainHead string
+	// egress is the job's egress record (its environment build's too).
+	egress egress.Record
 }
 
 // execute fetches, prepares and runs one job. An error is an
@@ -384,7 +387,8 @@ func (n *Node) execute(ctx context.Context, coord peer.ID, a *proto.Assignment, 
 	ph.set("collecting")
 	headMu.Lock()
 	defer headMu.Unlock()
-	return attemptResult{run: res, outputs: recipe.Collect(ctx, ws.Dir(), r.GetOutputs(), n.addOutput), chainHead: head}, nil
+	return attemptResult{run: res, outputs: recipe.Collect(ctx, ws.Dir(), r.GetOutputs(), n.addOutput), chainHead: head,
+		egress: n.egressRecord(runID)}, nil
 }
 
 // addOutput stores an output in the capsule store, pinned until its
