@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
@@ -291,7 +292,7 @@ func (a Agent) Spec(dir string) (debimage.Spec, error) {
 				return fmt.Errorf("cli agent %s: %w", a.Name, err)
 			}
 		}
-		for _, l := range slices.Sorted(mapKeys(a.Links)) {
+		for _, l := range slices.Sorted(maps.Keys(a.Links)) {
 			p := filepath.Join(root, filepath.FromSlash(l))
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 				return err
@@ -316,19 +317,8 @@ func (a Agent) Spec(dir string) (debimage.Spec, error) {
 			WorkingDir: "/workspace",
 			Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8",
 				"REPRONET_CLI_AGENT=" + a.Name + "@" + a.Version},
-
 		},
 	}, nil
-}
-
-func mapKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // Image writes a's image to tarball, from the tarballs in dir (fetched
