@@ -283,7 +283,9 @@ func (c *Coordinator) handleJoin(s network.Stream) {
 	op, err := c.Join(context.Background(), node, req.GetToken(), req.GetOperatorCert())
 	if err != nil {
 		resp.Reason = err.Error()
-		c.log.Warn("join refused", "node", node, "err", err)
+		if ok, unlogged := c.joinLog.Allow(); ok {
+			c.log.Warn("join refused", "node", node, "err", err, "refusals_not_logged_before", unlogged)
+		}
 	} else {
 		resp.Admitted, resp.Operator = true, op
 	}

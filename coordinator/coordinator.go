@@ -58,6 +58,7 @@ import (
 	"github.com/repronet/repronet/internal/badgerds"
 	"github.com/repronet/repronet/internal/diskguard"
 	"github.com/repronet/repronet/internal/identity"
+	"github.com/repronet/repronet/internal/lograte"
 	"github.com/repronet/repronet/internal/p2phost"
 	"github.com/repronet/repronet/proto"
 	"github.com/repronet/repronet/verify"
@@ -268,7 +269,11 @@ func (c *Config) setDefaults() {
 
 // coreConfig is the core's part of the configuration.
 func (c *Config) coreConfig(self string, seed [32]byte, secret []byte, log *slog.Logger) core.Config {
-	return core.Config{Self: self, LeaseTTL: c.LeaseTTL, NodeTTL: c.NodeTTL, FetchAllowance: c.FetchAllowance,
+	var models []string
+	if c.Gateway != nil {
+		models = c.Gateway.ModelNames()
+	}
+	return core.Config{Models: models, Self: self, LeaseTTL: c.LeaseTTL, NodeTTL: c.NodeTTL, FetchAllowance: c.FetchAllowance,
 		MinFetchRate: c.MinFetchRate, LeaseMargin: c.LeaseMargin, AvoidAfterLeaseLoss: c.AvoidAfterLeaseLoss,
 		MaxTries: c.MaxTries, MaxLeaseLosses: c.MaxLeaseLosses, MaxDeclines: c.MaxDeclines, MaxLateReports: c.MaxLateReports,
 		MaxLateBytes: c.MaxLateBytes, Groups: c.Groups, HalfLife: c.HalfLife, IdleCanaryEvery: c.IdleCanaryEvery,
@@ -278,8 +283,10 @@ func (c *Config) coreConfig(self string, seed [32]byte, secret []byte, log *slog
 
 // Coordinator is a running coordinator. Create it with New; stop it with Close.
 type Coordinator struct {
-	cfg     Config
-	log     *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// joinLog bounds the lines about refused joins (anyone may ask).
+	joinLog *lograte.Limiter
 	metrics *prometheus.Registry
 	host    host.Host
 	ds      datastore.Batching
@@ -342,6 +349,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg:        cfg,
 		log:        cfg.Logger.With("component", "coordinator"),
+		joinLog:    lograte.New(10, 6*time.Second, nil),
 		ds:         ds,
 		joinTokens: make(map[string]*JoinToken),
 		guard:      proto.NewAnnouncementGuard(cfg.Network),

@@ -200,6 +200,7 @@ func (c *Coordinator) modelUse(ctx context.Context, attempt, lease string) (*cor
 		u.OutputTokens += cl.Usage.Output
 		cost += cl.Charged
 		u.Head = cl.ID
+		u.Unavailable = cl.Unavailable()
 	}
 	if u.Calls == 0 {
 		return nil, nil
@@ -345,11 +346,11 @@ func (c *Coordinator) judgeGrant(attempt string) (gateway.Grant, error) {
 			return gateway.Grant{}, err
 		}
 	}
-	g := gateway.Grant{Attempt: attempt + "." + judgeLease, Lease: judgeLease, Node: c.host.ID(), Task: a.TaskID,
+	g := gateway.Grant{Attempt: attempt + core.JudgeSuffix, Lease: judgeLease, Node: c.host.ID(), Task: a.TaskID,
 		Expires: time.Now().Add(c.cfg.ScoreTimeout), Budgets: gateway.Budgets{Attempt: gateway.Unlimited, Evaluation: cap,
 			Group: gateway.Unlimited}}
 	if a.Eval != "" {
-		g.Evaluation = a.Eval + "." + judgeLease
+		g.Evaluation = a.Eval + core.JudgeSuffix
 	}
 	return g, nil
 }

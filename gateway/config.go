@@ -35,6 +35,9 @@ type Provider struct {
 	Key string `json:"-"`
 	// KeyFile is where LoadConfig reads Key from (one line).
 	KeyFile string `json:"key_file,omitempty"`
+	// KeyEnv names the environment variable LoadConfig reads Key from
+	// when there is no KeyFile.
+	KeyEnv string `json:"key_env,omitempty"`
 	// OutputField is the request field an OpenAI provider bounds output
 	// with when the client set none: "max_completion_tokens" (the
 	// default; OpenAI's reasoning models refuse max_tokens) or
@@ -138,30 +141,56 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("gateway config: %w", err)
 	}
+	return ParseConfig(b, path, filepath.Dir(path), os.Getenv)
+}
+
+// ParseConfig decodes a JSON configuration (unknown fields refused),
+// reads each provider's key from its key_file (relative to dir) or its
+// key_env variable (looked up with getenv), and validates the whole;
+// every error names source and the provider or model at fault. A key is
+// never part of an error.
+func ParseConfig(data []byte, source, dir string, getenv func(string) string) (Config, error) {
 	var c Config
-	dec := json.NewDecoder(bytes.NewReader(b))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("gateway config %s: %w", path, err)
+		return Config{}, fmt.Errorf("gateway config %s: %w", source, err)
 	}
 	for i, p := range c.Providers {
-		if p.KeyFile == "" {
-			continue
+		switch {
+		case p.KeyFile != "" && p.KeyEnv != "":
+			return Config{}, fmt.Errorf("gateway config %s: provider %q: key_file and key_env are both set", source, p.Name)
+		case p.KeyFile != "":
+			kf := p.KeyFile
+			if !filepath.IsAbs(kf) {
+				kf = filepath.Join(dir, kf)
+			}
+			k, err := os.ReadFile(kf)
+			if err != nil {
+				return Config{}, fmt.Errorf("gateway config %s: provider %q: key file: %w", source, p.Name, err)
+			}
+			c.Providers[i].Key = strings.TrimSpace(string(k))
+		case p.KeyEnv != "":
+			k := strings.TrimSpace(getenv(p.KeyEnv))
+			if k == "" {
+				return Config{}, fmt.Errorf("gateway config %s: provider %q: key_env %s is unset or empty", source, p.Name, p.KeyEnv)
+			}
+			c.Providers[i].Key = k
 		}
-		kf := p.KeyFile
-		if !filepath.IsAbs(kf) {
-			kf = filepath.Join(filepath.Dir(path), kf)
-		}
-		k, err := os.ReadFile(kf)
-		if err != nil {
-			return Config{}, fmt.Errorf("gateway config %s: provider %q: key file: %w", path, p.Name, err)
-		}
-		c.Providers[i].Key = strings.TrimSpace(string(k))
 	}
 	if _, err := c.compile(); err != nil {
-		return Config{}, fmt.Errorf("gateway config %s: %w", path, err)
+		return Config{}, fmt.Errorf("gateway config %s: %w", source, err)
 	}
 	return c, nil
+}
+
+// ModelNames lists the models the configuration serves, in its order.
+func (c Config) ModelNames() []string {
+	names := make([]string, 0, len(c.Models))
+	for _, m := range c.Models {
+		names = append(names, m.Name)
+	}
+	return names
 }
 
 // route is a model ready to be called.

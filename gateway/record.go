@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -95,6 +96,23 @@ type Call struct {
 	// the recorded one, byte for byte.
 	ReplayOf    string `json:"replay_of,omitempty"`
 	ReplayMatch bool   `json:"replay_match,omitempty"`
+}
+
+// Unavailable says why the call failed when it failed for the gateway's
+// or its provider's reasons, which neither the agent nor its node can
+// cause: the provider answered 5xx or 429, did not answer, refused the
+// gateway's credentials, or the gateway could not serve the call. It is
+// "" for an answered call and for a refusal the caller caused (a bad
+// request, a model not granted, a budget spent, a replay past its
+// record).
+func (c Call) Unavailable() string {
+	if c.Refused != "" || c.Status < 500 && c.Status != http.StatusTooManyRequests {
+		return ""
+	}
+	if c.Error != "" {
+		return fmt.Sprintf("model %s: %d: %s", c.Model, c.Status, c.Error)
+	}
+	return fmt.Sprintf("model %s: %d from the gateway", c.Model, c.Status)
 }
 
 // Refusal reasons.

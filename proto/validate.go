@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -92,6 +94,9 @@ func ValidateAnnouncement(a *Announcement, network string, author peer.ID, now t
 			if s == "" || len(s) > MaxFilterLen {
 				return invalid("announcement from %s: %s[%d] must be 1-%d bytes", author, what, i, MaxFilterLen)
 			}
+			if !printable(s) {
+				return invalid("announcement from %s: %s[%d] %q is not printable UTF-8", author, what, i, s)
+			}
 		}
 	}
 	if len(a.GetCoordinators()) > MaxCoordinators {
@@ -126,6 +131,12 @@ func ValidLabel(s string, max int) bool {
 		}
 	}
 	return true
+}
+
+// printable reports whether s is UTF-8 without control characters (names
+// that end in logs, pages and terminals).
+func printable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
 }
 
 // ValidateAttemptID checks that an attempt ID is short and made of
@@ -396,6 +407,9 @@ const (
 	maxReportCPUSeconds = 1024 * 365 * 24 * 3600
 	// minReportUnixMillis is 2020-01-01: no report was made before it.
 	minReportUnixMillis = 1577836800000
+	// maxReportUnixMillis is 2100-01-01: a time past it is no report's
+	// (issue 24: a report "finished" in the year 292 million was counted).
+	maxReportUnixMillis = 4102444800000
 )
 
 // ValidateReport checks every field of a report that its envelope's
@@ -428,6 +442,8 @@ func ValidateReport(r *Report) error {
 		return invalid("report %s: started_unix_millis %d and finished_unix_millis %d must both be set (after 2020)", id, started, finished)
 	case finished < started:
 		return invalid("report %s: finished_unix_millis %d is before started_unix_millis %d", id, finished, started)
+	case finished > maxReportUnixMillis:
+		return invalid("report %s: finished_unix_millis %d is after 2100", id, finished)
 	}
 	if len(r.GetDetail()) > MaxReportText {
 		return invalid("report %s: detail is %d bytes (max %d)", id, len(r.GetDetail()), MaxReportText)

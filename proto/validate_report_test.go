@@ -25,6 +25,7 @@ func TestValidateReport(t *testing.T) {
 		{"negative wall", func(r *Report) { r.Usage.WallMillis = -1 }, "usage.wall_millis"},
 		{"no start", func(r *Report) { r.StartedUnixMillis = 0 }, "started_unix_millis"},
 		{"finish before start", func(r *Report) { r.FinishedUnixMillis = r.StartedUnixMillis - 1 }, "before started"},
+		{"finish in the far future", func(r *Report) { r.FinishedUnixMillis = math.MaxInt64 }, "after 2100"},
 		{"unknown outcome", func(r *Report) { r.Outcome = 99 }, "outcome 99"},
 		{"bad attempt id", func(r *Report) { r.AttemptId = "../x" }, "attempt_id"},
 		{"huge detail", func(r *Report) { r.Detail = strings.Repeat("d", MaxReportText+1) }, "detail"},

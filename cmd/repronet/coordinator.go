@@ -26,7 +26,8 @@ import (
 )
 
 func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("coordinator", "coordinator [flags]", stderr)
+	fs := newFlags("coordinator", "coordinator [--config FILE] [flags]", stderr)
+	configPath := fs.String(configFlag, "", "TOML configuration file: any flag by its name (flags given here win), and the model gateway's [[providers]] (name, api: openai, anthropic or gemini, base_url, key_file or key_env), [[models]] (name, provider, upstream, price = {input, output, cached_input, cache_write} in dollars per million tokens, max_output) and [limits]; without providers agents get no model access and evaluations naming models are refused (docs/gateway.md)")
 	dataDir := fs.String("data", defaultDataDir("coordinator"), "data folder: identity key and badger state")
 	diskReserve := byteSize(coordinator.DefaultDiskReserve)
 	fs.Var(&diskReserve, "disk-reserve", "free space the data folder keeps: below it nothing more is written, reports are answered retry (nodes keep them), evaluations are refused (HTTP 507), reads go on, and all resumes once there is room; bytes, or with a K, M, G or T suffix")
@@ -76,6 +77,14 @@ func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	tables, err := applyConfig(fs, *configPath, gatewayTables...)
+	if err != nil {
+		return err
+	}
+	gw, err := gatewayConfig(*configPath, tables)
+	if err != nil {
+		return err
+	}
 	log, err := newLogger(stderr, *logLevel, *logJSON)
 	if err != nil {
 		return err
@@ -103,7 +112,7 @@ func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	cfg := coordinator.Config{Families: families.Registry(), Checker: families.Checker(), Network: *network, DataDir: *dataDir, DiskReserve: uint64(diskReserve), ListenAddrs: listen, Logger: log,
 		LeaseTTL: *leaseTTL, NodeTTL: *nodeTTL, HalfLife: *halfLife, CrossCheck: &policy, IdleCanaryEvery: *idleCanary,
-		PublicBoardsEvery: *publicEvery, MaxConnsPerIP: *maxConnsPerIP}
+		PublicBoardsEvery: *publicEvery, MaxConnsPerIP: *maxConnsPerIP, Gateway: gw}
 	if *withSample {
 		cfg.Limits = demo.SampleLimits()
 	}

@@ -15,7 +15,8 @@ import (
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("demo", "demo [--json] [--dir DIR] [--nodes N] [--hal DIR] [--model-url URL --model-key-file F --model NAME [--model-price IN/OUT]]", stderr)
+	fs := newFlags("demo", "demo [--json] [--dir DIR] [--nodes N] [--hal DIR] [--model-url URL --model-key-file F --model NAME [--model-price IN/OUT] | --config FILE --model NAME]", stderr)
+	configPath := fs.String(configFlag, "", "TOML file of the demo's flags by name and the model gateway's [[providers]], [[models]] and [limits], as `repronet coordinator --config` reads them (docs/gateway.md); the reference agent calls --model, which one of them must serve with api openai")
 	asJSON := fs.Bool("json", false, "print the leaderboard as JSON instead of a table")
 	dir := fs.String("dir", "", "empty or new folder for the demo's data and logs (default: a new temporary folder)")
 	nodes := fs.Int("nodes", 3, "node processes to start")
@@ -31,8 +32,27 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	m, err := demoModel(*modelURL, *keyFile, *model, *price, *budget)
+	tables, err := applyConfig(fs, *configPath, gatewayTables...)
 	if err != nil {
+		return err
+	}
+	gw, err := gatewayConfig(*configPath, tables)
+	if err != nil {
+		return err
+	}
+	var m demo.Model
+	if gw != nil {
+		if *modelURL != "" || *keyFile != "" || *price != "0/0" {
+			return errors.New("--model-url, --model-key-file and --model-price do not go with a --config that configures providers")
+		}
+		if *model == "" {
+			return fmt.Errorf("--config configures providers: --model names the one the reference agent calls (one of %v)", gw.ModelNames())
+		}
+		m = demo.Model{Gateway: gw, Name: *model, AttemptUSD: *budget}
+		if err := m.Validate(); err != nil {
+			return err
+		}
+	} else if m, err = demoModel(*modelURL, *keyFile, *model, *price, *budget); err != nil {
 		return err
 	}
 	runDir, log, closeLog, err := runFolder(*dir, "demo", *logLevel)

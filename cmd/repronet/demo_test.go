@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,6 +51,43 @@ func TestDemoModelFlags(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), key) {
 			t.Errorf("%+v: the key is in the error: %v", c, err)
+		}
+	}
+}
+
+// TestDemoConfig: `repronet demo --config FILE --model NAME` takes the
+// reference agent's model from the gateway tables of a configuration file,
+// as the coordinator does; what the reference agent cannot call is refused
+// before anything starts, naming the model.
+func TestDemoConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "demo.toml")
+	os.WriteFile(filepath.Join(dir, "a.key"), []byte("sk-ant-demo-config-0123\n"), 0o600)
+	os.WriteFile(cfg, []byte(`
+[[providers]]
+name = "anthropic"
+api = "anthropic"
+base_url = "http://127.0.0.1:9"
+key_file = "a.key"
+
+[[models]]
+name = "claude-x"
+provider = "anthropic"
+max_output = 1024
+price = { input = 3, output = 15 }
+`), 0o600)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", cfg}, "--model names the one the reference agent calls"},
+		{[]string{"--config", cfg, "--model", "gpt-x"}, `model "gpt-x" is not among the configuration's models [claude-x]`},
+		{[]string{"--config", cfg, "--model", "claude-x"}, "the reference agent speaks OpenAI's chat completions"},
+		{[]string{"--config", cfg, "--model", "claude-x", "--model-url", "http://127.0.0.1:9/v1"}, "do not go with a --config"},
+	} {
+		err := runDemo(t.Context(), c.args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
 		}
 	}
 }

@@ -27,7 +27,8 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(args) > 0 && args[0] == "status" {
 		return runNodeStatus(ctx, args[1:], stdout, stderr)
 	}
-	fs := newFlags("node", "node --coordinator MULTIADDR [flags] | node status [--metrics ADDR]", stderr)
+	fs := newFlags("node", "node [--config FILE] --coordinator MULTIADDR [flags] | node status [--metrics ADDR]", stderr)
+	configPath := fs.String(configFlag, "", "TOML configuration file holding any of these flags by name (e.g. /etc/repronet/node.toml); flags given here win")
 	dataDir := fs.String("data", defaultDataDir("node"), "data folder: identity key, capsule cache, report outbox, and the sandbox's state (attempts' workspace images, in DATA/sandbox)")
 	diskReserve := byteSize(node.DefaultDiskReserve)
 	fs.Var(&diskReserve, "disk-reserve", "free space the data folder keeps: below it nothing more is written there, assignments are declined as busy and finished reports wait in memory until there is room; bytes, or with a K, M, G or T suffix")
@@ -63,6 +64,9 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if _, err := applyConfig(fs, *configPath); err != nil {
 		return err
 	}
 	if len(coords) == 0 {

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 )
 
 // outputKind is how a command writes a file the user named.
@@ -41,8 +43,13 @@ type output struct {
 // or to nothing are refused with an error naming path. A symbolic link to
 // a file is followed: the file it names is what is written.
 func resolveOutput(path string) (output, error) {
-	if path == "-" {
+	if path == "-" || slices.Contains(stdoutNames, path) {
+		// /dev/stdout resolves to whatever standard output is: replacing
+		// that file would leave the shell writing to an unlinked one.
 		return output{path: path, kind: toStdout}, nil
+	}
+	if strings.HasPrefix(path, "/dev/fd/") || strings.HasPrefix(path, "/proc/self/fd/") || path == "/dev/stderr" {
+		return output{}, fmt.Errorf("%s is a descriptor of this command: give - for standard output, or the path of a file", path)
 	}
 	if path == "" {
 		return output{}, errors.New("no output path given")
@@ -78,6 +85,9 @@ func resolveOutput(path string) (output, error) {
 		return o, nil
 	}
 }
+
+// stdoutNames are the paths that name this process's standard output.
+var stdoutNames = []string{"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"}
 
 // write writes to the output what fill writes into w.
 func (o output) write(stdout io.Writer, fill func(w io.Writer) error) error {

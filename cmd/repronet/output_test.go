@@ -223,6 +223,20 @@ func TestWriteOutputStdout(t *testing.T) {
 	if err := writeOutput("-", &buf, []byte("hello\n")); err != nil || buf.String() != "hello\n" {
 		t.Fatalf("-: %q, %v", buf.String(), err)
 	}
+	// /dev/stdout is standard output, even when it is a regular file
+	// (`repronet capsule get -o /dev/stdout > file`): written into, never
+	// replaced.
+	for _, p := range stdoutNames {
+		buf.Reset()
+		if err := writeOutput(p, &buf, []byte("hello\n")); err != nil || buf.String() != "hello\n" {
+			t.Fatalf("%s: %q, %v", p, buf.String(), err)
+		}
+	}
+	for _, p := range []string{"/dev/stderr", "/dev/fd/3", "/proc/self/fd/2"} {
+		if err := writeOutput(p, &buf, nil); err == nil || !strings.Contains(err.Error(), "is a descriptor of this command") {
+			t.Errorf("%s: %v, want a refusal", p, err)
+		}
+	}
 	if err := writeOutput("", &buf, nil); err == nil {
 		t.Error("an empty path was accepted")
 	}

@@ -91,6 +91,33 @@ func checkAgentEnv(e Evaluation) error {
 	return nil
 }
 
+// servedModels checks that every model an evaluation names is one the
+// coordinator's gateway serves: otherwise its agents would fail for want
+// of a provider, and a configuration mistake would be published as the
+// model's score.
+func servedModels(asked, served []string) error {
+	var missing []string
+	for _, m := range asked {
+		if !slices.Contains(served, m) {
+			missing = append(missing, m)
+		}
+	}
+	switch {
+	case len(missing) == 0:
+		return nil
+	case len(served) == 0:
+		return fmt.Errorf("models %s: this coordinator has no model access (no [[providers]] and [[models]] in its --config)", strings.Join(missing, ", "))
+	default:
+		return fmt.Errorf("models %s: no provider of this coordinator serves them (it serves %s; add them to [[models]] in its --config)",
+			strings.Join(missing, ", "), strings.Join(served, ", "))
+	}
+}
+
+// JudgeSuffix ends the names of a scorer's model account and trajectory:
+// evaluation X's judges are charged to "X.judge", so no evaluation may be
+// named so.
+const JudgeSuffix = ".judge"
+
 // Bounds on an evaluation.
 const (
 	MaxReplicas           = 16
@@ -138,6 +165,10 @@ func (s *State) evaluate(ev Evaluate) {
 		fail("evaluation ID %q: want 1-64 of [A-Za-z0-9._-]", e.ID)
 		return
 	}
+	if strings.HasSuffix(e.ID, JudgeSuffix) {
+		fail("evaluation ID %q: IDs ending %s name judges' budget accounts", e.ID, JudgeSuffix)
+		return
+	}
 	if len(e.Group) > proto.MaxFilterLen {
 		fail("group name of %d bytes (max %d)", len(e.Group), proto.MaxFilterLen)
 		return
@@ -162,6 +193,10 @@ func (s *State) evaluate(ev Evaluate) {
 	agent, ok := s.catalog.LookupAgent(e.Agent)
 	if !ok {
 		fail("no agent %q", e.Agent)
+		return
+	}
+	if err := servedModels(e.Models, s.cfg.Models); err != nil {
+		fail("%v", err)
 		return
 	}
 	variants := si.Bench.Variants()

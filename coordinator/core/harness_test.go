@@ -98,7 +98,7 @@ type harness struct {
 }
 
 func testConfig() Config {
-	return Config{Self: self, OpenOperators: true, IdleCanaryEvery: -1, Seed: [32]byte{1}, IDSecret: []byte("secret")}
+	return Config{Self: self, OpenOperators: true, IdleCanaryEvery: -1, Seed: [32]byte{1}, IDSecret: []byte("secret"), Models: []string{"m"}}
 }
 
 func newHarness(t *testing.T, mod ...func(*Config)) *harness {

@@ -169,6 +169,9 @@ const (
 	// requeueRevoked: the node was quarantined; the cross-check already
 	// counts the job as queued.
 	requeueRevoked
+	// requeueModel: the agent could not reach its model for the
+	// coordinator's reasons; charged to nobody.
+	requeueModel
 )
 
 // requeue puts a back in the queue; callers have released its lease.
@@ -219,6 +222,13 @@ func (s *State) requeue(a *Attempt, kind requeueKind, why string) {
 		}
 		if a.InfraFailures >= s.cfg.MaxTries {
 			s.failAttempt(a, fmt.Sprintf("gave up after %d infrastructure failures: %s", a.InfraFailures, why))
+			return
+		}
+	case requeueModel:
+		a.ModelFaults++
+		if a.ModelFaults >= s.cfg.MaxTries {
+			a.Outcome = OutcomeModelUnavailable
+			s.failAttempt(a, fmt.Sprintf("gave up after %d runs whose agent could not reach its model: %s", a.ModelFaults, why))
 			return
 		}
 	}

@@ -124,6 +124,17 @@ func (s *State) reportArrived(e ReportArrived) {
 		s.fx.Reply = ReportCounts{}
 		return
 	}
+	if e.Model != nil && e.Model.Unavailable != "" && current && a.State == StateAssigned {
+		// The agent's last model call failed for the coordinator's
+		// reasons: what it left is neither the agent's result nor the
+		// node's fault. Run it again, charging nobody: the node's record
+		// is left as it is and the agent is not scored.
+		s.Leases.Release(a.ID)
+		s.log.Warn("the agent could not reach its model", "attempt", a.ID, "node", e.Node, "why", e.Model.Unavailable)
+		s.requeue(a, requeueModel, "the agent could not reach its model: "+e.Model.Unavailable)
+		s.fx.Reply = ReportKept{}
+		return
+	}
 	if !current && booked(a) {
 		// A past assignee's report counts: the job is taken back from
 		// wherever it is placed now.

@@ -63,6 +63,9 @@ type Config struct {
 	// allowance policy.
 	CrossCheck crosscheck.Policy
 	Allowance  lease.AllowancePolicy
+	// Models are the models the coordinator's gateway serves (none: no
+	// model access): an evaluation naming another is refused.
+	Models []string
 	// Verify is the replay verification policy of model-driven attempts
 	// (zero: verify.DefaultPolicy).
 	Verify verify.Policy

@@ -658,6 +658,7 @@ func TestStepEvaluateRefusals(t *testing.T) {
 		"level twice":       {Suite: "one", Agent: "agent", Levels: []string{"easy", "easy"}},
 		"too many replicas": {Suite: "one", Agent: "agent", Replicas: MaxReplicas + 1},
 		"bad ID":            {ID: "a/b", Suite: "one", Agent: "agent"},
+		"a judge's account": {ID: "ev-1.judge", Suite: "one", Agent: "agent"},
 		"too many attempts": {Suite: "one", Agent: "agent", Runs: MaxEvaluationAttempts + 1},
 		"group too long":    {Suite: "one", Agent: "agent", Group: strings.Repeat("g", proto.MaxFilterLen+1)},
 	}

@@ -105,6 +105,11 @@ type Attempt struct {
 	Tries         int `json:"tries"`
 	InfraFailures int `json:"infra_failures,omitempty"`
 	LeaseLosses   int `json:"lease_losses,omitempty"`
+	// ModelFaults counts the assignments whose last model call failed for
+	// the coordinator's reasons (its provider or gateway; bounded by
+	// Config.MaxTries, then the outcome is model_unavailable): charged to
+	// neither the agent nor the node.
+	ModelFaults int `json:"model_faults,omitempty"`
 	// Assignees lists every node the attempt was given to, in order.
 	Assignees []Assignee `json:"assignees,omitempty"`
 	// Avoid lists nodes not to assign this attempt to again; AvoidUntil
@@ -151,11 +156,22 @@ type ModelUse struct {
 	// Head is the ID of its last call record: it commits to the whole
 	// trajectory.
 	Head string `json:"head,omitempty"`
+	// Unavailable says why the assignment's last call failed when it
+	// failed for the coordinator's reasons (the provider's error or
+	// silence, the gateway's trouble; gateway.Call.Unavailable): the agent
+	// could not reach its model, so its result is not its own.
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 // OutcomeBudgetExhausted is the outcome of an attempt whose model budget
 // ran out (what it had answered by then is scored).
 const OutcomeBudgetExhausted = "budget_exhausted"
+
+// OutcomeModelUnavailable is the outcome of an attempt whose agent could
+// not reach its model for the coordinator's reasons on Config.MaxTries
+// assignments: an infrastructure outcome charged to the coordinator, never
+// scored and never on a board.
+const OutcomeModelUnavailable = "model_unavailable"
 
 // Assignee is one assignment of an attempt to a node.
 type Assignee struct {

@@ -84,13 +84,43 @@ type Model struct {
 	Price gateway.PriceUSD
 	// AttemptUSD caps each attempt's model cost (0: 1 dollar).
 	AttemptUSD float64
+	// Gateway, instead of URL, Key and Price, is the model gateway's
+	// configuration as `repronet coordinator --config` reads it; Name is
+	// one of its models, served by an OpenAI-compatible provider (the
+	// reference agent speaks chat completions).
+	Gateway *gateway.Config
 }
 
 // Scripted reports whether the demo uses its scripted model server.
-func (m Model) Scripted() bool { return m.URL == "" }
+func (m Model) Scripted() bool { return m.URL == "" && m.Gateway == nil }
 
 // Validate checks m, naming what is wrong (never the key).
 func (m Model) Validate() error {
+	if m.Gateway != nil {
+		if m.URL != "" || m.Key != "" {
+			return fmt.Errorf("demo: a model URL or key beside a gateway configuration")
+		}
+		api := ""
+		for _, gm := range m.Gateway.Models {
+			if gm.Name != m.Name {
+				continue
+			}
+			for _, p := range m.Gateway.Providers {
+				if p.Name == gm.Provider {
+					api = p.API
+				}
+			}
+		}
+		switch {
+		case api == "":
+			return fmt.Errorf("demo: model %q is not among the configuration's models %v", m.Name, m.Gateway.ModelNames())
+		case api != gateway.APIOpenAI:
+			return fmt.Errorf("demo: model %q is served by a %s provider; the reference agent speaks OpenAI's chat completions", m.Name, api)
+		case m.AttemptUSD < 0:
+			return fmt.Errorf("demo: model %s: negative budget", m.Name)
+		}
+		return nil
+	}
 	if m.Scripted() {
 		if m.Key != "" || m.Name != "" {
 			return fmt.Errorf("demo: a model key or name without a model URL")

@@ -46,6 +46,11 @@ func startReference(m Model) (*referenceRun, error) {
 	provider := gateway.Provider{Name: "provider", API: gateway.APIOpenAI, BaseURL: m.URL, Key: m.Key}
 	price := m.Price
 	r.model, r.boardModel = m.Name, m.Name
+	if m.Gateway != nil {
+		r.gateway, r.model, r.boardModel = m.Gateway, m.Name, m.Name
+		r.label = fmt.Sprintf("reference agent on %s, as the configuration's providers serve it (the keys stay with the coordinator's gateway)", m.Name)
+		return r, nil
+	}
 	if m.Scripted() {
 		script, err := SampleScript()
 		if err != nil {

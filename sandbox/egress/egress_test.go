@@ -322,6 +322,7 @@ func TestIsPublic(t *testing.T) {
 		"127.0.0.1": false, "10.1.2.3": false, "172.16.0.1": false, "192.168.1.1": false, "169.254.169.254": false,
 		"100.64.0.1": false, "0.0.0.0": false, "224.0.0.1": false, "255.255.255.255": false, "192.0.2.2": false,
 		"::1": false, "::": false, "fe80::1": false, "fd00::1": false, "::ffff:10.0.0.1": false, "::ffff:8.8.8.8": true,
+		"::10.0.0.1": false, "::8.8.8.8": false, "::ffff:0:10.0.0.1": false, "::ffff:0:8.8.8.8": false, "::127.0.0.1": false,
 		"64:ff9b::a00:1": false, "2002:a00:1::": false, "2001:0:a00:1::": false, "ff02::1": false, "2001:db8::1": false,
 	} {
 		if got := isPublic(netip.MustParseAddr(a)); got != want {

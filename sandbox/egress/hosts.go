@@ -99,14 +99,18 @@ func MatchHost(patterns []string, name string) bool {
 // loopback, link-local (and so cloud metadata, 169.254.169.254), IETF
 // protocol assignments, documentation, benchmarking, 6to4 relay,
 // multicast and reserved ranges, and their IPv6 counterparts, including
-// the forms that embed an IPv4 address (mapped, NAT64, 6to4, Teredo).
+// the forms that embed an IPv4 address (mapped, NAT64, 6to4, Teredo). The
+// IPv4-compatible (::a.b.c.d, deprecated) and IPv4-translated
+// (::ffff:0:a.b.c.d, SIIT) forms are refused whatever they embed: no
+// public service is reached by them, and a kernel or translator may take
+// them to the embedded address (issue 24: ::10.0.0.1 counted as public).
 var nonPublic = func() []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range []string{
 		"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
 		"192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15",
 		"198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
-		"::/128", "::1/128", "::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64",
+		"::/96", "::ffff:0:0/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64",
 		"2001::/32", "2001:db8::/32", "2002::/16", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
 	} {
 		out = append(out, netip.MustParsePrefix(s))
