@@ -6,17 +6,20 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	cliagent "github.com/repronet/repronet/agents/cli"
 	"github.com/repronet/repronet/agents/cli/clisim"
-	"github.com/repronet/repronet/bench"
 	"github.com/repronet/repronet/coordinator"
 	"github.com/repronet/repronet/coordinator/core"
+	"github.com/repronet/repronet/dashboard"
 	"github.com/repronet/repronet/gateway"
 	"github.com/repronet/repronet/internal/demo"
 	"github.com/repronet/repronet/internal/fixtures"
@@ -60,15 +63,17 @@ func TestClaudeCodeThroughGateway(t *testing.T) {
 
 func runCLIAgent(t *testing.T, c cliCase) {
 	requireRoot(t)
+	bin := binary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dir := t.TempDir()
 
 	a, err := cliagent.Lookup(c.agent, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tarball := filepath.Join(t.TempDir(), c.agent+".oci.tar")
+	tarball := filepath.Join(dir, c.agent+".oci.tar")
 	start := time.Now()
 	if err := cliagent.Image(ctx, fixtures.Builder(), a, fixtures.NPMDir, tarball); err != nil {
 		t.Fatalf("%v (the fixtures: go run ./internal/fixtures/prepare)", err)
@@ -86,111 +91,145 @@ func runCLIAgent(t *testing.T, c cliCase) {
 	}
 	defer sim.Close()
 	d := ensureDaemon(ctx, t, log)
-	network := uniqueName("e2e-" + c.agent)
-	coord := startCoordinator(ctx, t, coordinator.Config{Network: network, Logger: log, IdleCanaryEvery: -1,
-		ScheduleInterval: 200 * time.Millisecond,
-		Gateway: &gateway.Config{
-			Providers: []gateway.Provider{{Name: "scripted", API: c.api, BaseURL: c.baseURL(sim.URL()), Key: providerKey}},
-			Models:    []gateway.Model{{Name: c.model, Provider: "scripted", Price: cliPrice, MaxOutput: 32000}},
-		}})
-	img, err := os.Open(tarball)
-	if err != nil {
+
+	// The coordinator as a user runs it: a process configured by a TOML
+	// file, its provider's key in a file beside it.
+	if err := os.WriteFile(filepath.Join(dir, "provider.key"), []byte(providerKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := fmt.Sprintf(`sample = true
+join-token-file = %q
+agent = [%q]
+model = [%q]
+idle-canary-every = "-1s"
+
+[[providers]]
+name = "scripted"
+api = %q
+base_url = %q
+key_file = "provider.key"
+
+[[models]]
+name = %q
+provider = "scripted"
+max_output = 32000
+price = { input = %g, output = %g, cached_input = %g, cache_write = %g }
+`, joinTokenFile(t), c.agent+"="+tarball, c.agent+"="+c.model, c.api, c.baseURL(sim.URL()), c.model,
+		cliPrice.Input, cliPrice.Output, cliPrice.CachedInput, cliPrice.CacheWrite)
+	configFile := filepath.Join(dir, "coordinator.toml")
+	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	_, err = coord.AddAgentWith(ctx, coordinator.AgentInfo{Name: c.agent, Model: c.model}, img)
-	img.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("image registered in %v", time.Since(start).Round(time.Millisecond))
+	cp := startConfiguredCoordinator(ctx, t, bin, filepath.Join(dir, "data"), dir, configFile)
+	t.Logf("coordinator up, image registered, in %v", time.Since(start).Round(time.Millisecond))
+
 	// Two nodes: every attempt of a new node is replayed on another
 	// (docs/verification.md), with the recorded answers.
 	var dataDirs []string
 	for i := range 2 {
-		dir := t.TempDir()
-		dataDirs = append(dataDirs, dir)
-		startNode(ctx, t, d, log, nodeOpts{name: fmt.Sprintf("%s-%d", c.agent, i), coord: coord.Addrs()[0].String(), network: network, dataDir: dir})
+		nd := t.TempDir()
+		dataDirs = append(dataDirs, nd)
+		startNode(ctx, t, d, log, nodeOpts{name: fmt.Sprintf("%s-%d", c.agent, i), coord: cp.addr, dataDir: nd})
 	}
 	start = time.Now()
-	if _, _, err := coord.Evaluate(ctx, coordinator.Evaluation{ID: c.agent, Suite: demo.SuiteName, Agent: c.agent,
-		Levels: halLevels, Replicas: 1, Env: []string{"MODEL=" + c.model}, Models: []string{c.model},
-		Budget: core.Budget{AttemptUSD: 1}}); err != nil {
-		t.Fatal(err)
+	req := fmt.Sprintf(`{"id":%q,"suite":%q,"agent":%q,"levels":["easy","hard"],"replicas":1,"env":["MODEL=%s"],"models":[%q],"budget":{"attempt_usd":1}}`,
+		c.agent, demo.SuiteName, c.agent, c.model, c.model)
+	if code, body := cp.postRaw(ctx, t, req); code != http.StatusOK {
+		t.Fatalf("POST /api/evaluations: %d %s", code, body)
 	}
-	for {
-		p := coord.Progress()
-		if p.Units > 0 && p.Done+p.Failed == p.Total && p.Decided == p.Units {
-			break
+	var atts []coordinator.Attempt
+	decided := func() bool {
+		atts = nil
+		if err := cp.tryGet(ctx, "/api/attempts?eval="+c.agent, &atts); err != nil || len(atts) == 0 {
+			return false
 		}
+		for _, at := range atts {
+			if at.State != core.StateDone && at.State != core.StateFailed {
+				return false
+			}
+			if at.Kind == core.KindAgent && at.Score == nil {
+				return false
+			}
+		}
+		return true
+	}
+	for !decided() {
 		select {
 		case <-ctx.Done():
-			dumpAttempts(ctx, t, coord)
-			t.Fatalf("not all decided: %+v", coord.Progress())
+			dumpAttempts(ctx, t, cp, atts)
+			t.Fatalf("not all decided: %d attempts", len(atts))
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	t.Logf("%d attempts decided in %v", len(coord.Attempts()), time.Since(start).Round(time.Millisecond))
+	t.Logf("%d attempts decided in %v", len(atts), time.Since(start).Round(time.Millisecond))
 
+	// Every run right, at the scripted usage times the price table.
 	u := clisim.Usage
 	callUSD := (float64(u.Prompt-u.Cached-u.CacheWrite)*cliPrice.Input + float64(u.Cached)*cliPrice.CachedInput +
 		float64(u.CacheWrite)*cliPrice.CacheWrite + float64(u.Completion)*cliPrice.Output) / 1e6
-	entries := coord.LeaderboardEntries()
-	if len(entries) == 0 {
-		t.Fatal("no entries")
-	}
-	for _, e := range entries {
-		if e.Status != bench.Validated || !strings.Contains(string(e.Score), `"task_correct":true`) {
-			dumpAttempts(ctx, t, coord)
-			t.Fatalf("entry %s %s: %s %s", e.TaskID, e.Variant, e.Status, e.Score)
-		}
-		want := float64(c.calls) * callUSD
-		if e.CostUSD == nil || fmt.Sprintf("%.7f", *e.CostUSD) != fmt.Sprintf("%.7f", want) ||
-			e.InputTokens != c.calls*u.Prompt || e.OutputTokens != c.calls*u.Completion {
-			t.Fatalf("entry %s %s: cost %v (want %.7f), tokens %d/%d (want %d/%d)", e.TaskID, e.Variant, e.CostUSD, want,
-				e.InputTokens, e.OutputTokens, c.calls*u.Prompt, c.calls*u.Completion)
-		}
-	}
-
-	// Every call the provider answered is in a trajectory, and the
-	// provider's key is in none, nor in any sandbox's output.
-	var recorded, replays int
-	for _, at := range coord.Attempts() {
+	var runs, recorded, replays int
+	levels := map[string]int{}
+	for _, at := range atts {
 		if at.Outcome != "ok" {
-			dumpAttempts(ctx, t, coord)
-			t.Fatalf("attempt %s (%s): outcome %q", at.ID, at.Kind, at.Outcome)
+			dumpAttempts(ctx, t, cp, atts)
+			t.Fatalf("attempt %s (%s %s %s): outcome %q", at.ID, at.Kind, at.TaskID, at.Level, at.Outcome)
 		}
 		if at.Kind != core.KindAgent {
 			replays++
 			continue
 		}
-		traj, err := coord.Trajectory(ctx, at.ID)
-		if err != nil || int64(len(traj)) != c.calls {
+		runs++
+		levels[at.Level]++
+		if at.Score.Value != 1 {
+			dumpAttempts(ctx, t, cp, atts)
+			t.Fatalf("attempt %s (%s %s): score %v %s", at.ID, at.TaskID, at.Level, at.Score.Value, at.Score.Public)
+		}
+		want := float64(c.calls) * callUSD
+		if m := at.Model; m == nil || int64(m.Calls) != c.calls || fmt.Sprintf("%.7f", m.CostUSD) != fmt.Sprintf("%.7f", want) ||
+			m.InputTokens != c.calls*u.Prompt || m.OutputTokens != c.calls*u.Completion {
+			t.Fatalf("attempt %s (%s %s): model use %+v, want %d calls, $%.7f, tokens %d/%d", at.ID, at.TaskID, at.Level, m,
+				c.calls, want, c.calls*u.Prompt, c.calls*u.Completion)
+		}
+
+		// Every call is in the trajectory, the provider's key in none, nor
+		// in the sandbox's output.
+		var traj []dashboard.Call
+		if err := cp.tryGet(ctx, "/api/attempts/"+at.ID+"/trajectory", &traj); err != nil || int64(len(traj)) != c.calls {
 			t.Fatalf("trajectory of %s: %d calls, want %d (%v)", at.ID, len(traj), c.calls, err)
 		}
 		recorded += len(traj)
-		rep, _, err := coord.Report(ctx, at.ID)
-		if err != nil || rep.GetModelChainHead() != traj[len(traj)-1].Chain {
-			t.Fatalf("attempt %s: the report signs chain head %q, the gateway's is %q (%v)", at.ID, rep.GetModelChainHead(), traj[len(traj)-1].Chain, err)
-		}
-		if second := string(traj[1].RequestBody); !strings.Contains(second, c.envKey+"="+gateway.TokenPrefix) {
-			t.Fatalf("attempt %s: the agent's first command did not show its token in %s: %.2000s", at.ID, c.envKey, second)
-		}
-		for _, tc := range traj {
-			if bytes.Contains(tc.RequestBody, []byte(providerKey)) || bytes.Contains(tc.ResponseBody, []byte(providerKey)) {
-				t.Fatalf("attempt %s: the provider's key is in its trajectory", at.ID)
+		var cost float64
+		for _, call := range traj {
+			cost += call.CostUSD
+			if call.Status != http.StatusOK || call.Model != c.model {
+				t.Fatalf("attempt %s: call %d: %d %s %s", at.ID, call.Seq, call.Status, call.Model, call.Error)
 			}
 		}
-		if bytes.Contains(rep.GetStdoutTail(), []byte(providerKey)) || bytes.Contains(rep.GetStderrTail(), []byte(providerKey)) {
-			t.Fatalf("attempt %s: the provider's key is in the sandbox's output", at.ID)
+		if fmt.Sprintf("%.7f", cost) != fmt.Sprintf("%.7f", want) {
+			t.Fatalf("attempt %s: the trajectory's calls cost $%.7f, want $%.7f", at.ID, cost, want)
 		}
+		if second := traj[1].RequestBody; !strings.Contains(second, c.envKey+"="+gateway.TokenPrefix) {
+			t.Fatalf("attempt %s: the agent's first command did not show its token in %s: %.2000s", at.ID, c.envKey, second)
+		}
+		var logs dashboard.Logs
+		if err := cp.tryGet(ctx, "/api/attempts/"+at.ID+"/logs", &logs); err != nil || logs.ExitCode != 0 {
+			t.Fatalf("logs of %s: exit %d, %v", at.ID, logs.ExitCode, err)
+		}
+		raw := cp.text(ctx, t, "/api/attempts/"+at.ID+"/trajectory")
+		if strings.Contains(raw, providerKey) || strings.Contains(logs.Stdout+logs.Stderr, providerKey) {
+			t.Fatalf("attempt %s: the provider's key is in its trajectory or output", at.ID)
+		}
+	}
+	if levels["easy"] != levels["hard"] || runs != 2*levels["easy"] || runs == 0 {
+		t.Fatalf("runs by level: %v", levels)
 	}
 	if n := len(sim.Requests()); n != recorded {
 		t.Fatalf("the provider answered %d calls, the trajectories hold %d", n, recorded)
 	}
-	t.Logf("%d calls recorded, %d replays", recorded, replays)
-	for _, dir := range dataDirs {
-		err = filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
+	t.Logf("%d runs right, %d calls recorded, %d replays agreed", runs, recorded, replays)
+	for _, nd := range dataDirs {
+		err = filepath.WalkDir(nd, func(p string, de fs.DirEntry, err error) error {
 			if err != nil || de.IsDir() || !de.Type().IsRegular() {
 				return err
 			}
@@ -206,15 +245,54 @@ func runCLIAgent(t *testing.T, c cliCase) {
 	}
 }
 
-// dumpAttempts logs each attempt's outcome and output tails.
-func dumpAttempts(ctx context.Context, t *testing.T, coord *coordinator.Coordinator) {
+// startConfiguredCoordinator starts `repronet coordinator --config FILE`
+// (the sample suite, the agent registered by the file) on loopback, with
+// an admin token.
+func startConfiguredCoordinator(ctx context.Context, t *testing.T, bin, data, dir, config string) *coordProcess {
 	t.Helper()
-	for _, at := range coord.Attempts() {
-		rep, _, err := coord.Report(ctx, at.ID)
-		if err != nil {
-			t.Logf("attempt %s: %+v (no report: %v)", at.ID, at, err)
-			continue
+	cp := &coordProcess{bin: bin, data: data, dir: dir, http: freePort(t), token: "cliagents-test-token-0123456789"}
+	cp.api = "http://" + cp.http
+	cp.listen = "/ip4/127.0.0.1/tcp/" + strings.TrimPrefix(freePort(t), "127.0.0.1:")
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(cp.token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addrFile := filepath.Join(dir, "addr")
+	cmd := exec.Command(bin, "coordinator", "--config", config, "--data", data, "--listen", cp.listen, "--http", cp.http,
+		"--addr-file", addrFile, "--admin-token-file", filepath.Join(dir, "token"))
+	logf, err := os.Create(filepath.Join(dir, "coordinator.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cp.cmd, cp.exited = cmd, make(chan error, 1)
+	go func() { cp.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cp.kill()
+		if t.Failed() {
+			t.Logf("coordinator log:\n%s", lastKB(cp.logText(), 16))
 		}
-		t.Logf("attempt %s: %+v\nstdout: %.3000s\nstderr: %.3000s", at.ID, at, lastKB(string(rep.GetStdoutTail()), 3), lastKB(string(rep.GetStderrTail()), 3))
+	})
+	waitFor(ctx, t, "the coordinator up", func() bool {
+		cp.alive(t)
+		b, err := os.ReadFile(addrFile)
+		cp.addr = strings.TrimSpace(string(b))
+		return err == nil && cp.addr != ""
+	})
+	return cp
+}
+
+// dumpAttempts logs each attempt's outcome and output tails.
+func dumpAttempts(ctx context.Context, t *testing.T, cp *coordProcess, atts []coordinator.Attempt) {
+	t.Helper()
+	for _, at := range atts {
+		var logs dashboard.Logs
+		err := cp.tryGet(ctx, "/api/attempts/"+at.ID+"/logs", &logs)
+		t.Logf("attempt %s (%s %s %s): %s %s %s (logs: %v)\nstdout: %s\nstderr: %s", at.ID, at.Kind, at.TaskID, at.Level, at.State, at.Outcome,
+			at.Detail, err, lastKB(logs.Stdout, 3), lastKB(logs.Stderr, 3))
 	}
 }
