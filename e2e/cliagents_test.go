@@ -54,8 +54,10 @@ var cliPrice = gateway.PriceUSD{Input: 3, Output: 15, CachedInput: 0.3, CacheWri
 // capsule's results (run its code at Hard), then write report.json with
 // the answers the results show. Every run is validated and right, costs
 // its calls times the scripted usage at the price table (cache reads and
-// writes included), every call is in the trajectory, and the provider's
-// key is in no node file, no sandbox output and no trajectory.
+// writes included), every call is in the trajectory, runs are verified
+// by replays on the other node, and the provider's key is in no node
+// file, no sandbox output and no trajectory. The coordinator is a process
+// configured by a TOML file (--config), as a user runs it.
 func TestClaudeCodeThroughGateway(t *testing.T) {
 	runCLIAgent(t, cliCase{agent: "claude-code", model: "scripted-claude", api: gateway.APIAnthropic,
 		baseURL: func(sim string) string { return sim }, script: clisim.Claude, calls: 3, envKey: "ANTHROPIC_API_KEY"})
@@ -148,7 +150,7 @@ price = { input = %g, output = %g, cached_input = %g, cache_write = %g }
 			if at.State != core.StateDone && at.State != core.StateFailed {
 				return false
 			}
-			if at.Kind == core.KindAgent && at.Score == nil {
+			if at.Kind == core.KindAgent && (at.Score == nil || at.Verification == nil || at.Verification.State == core.VerifyPending) {
 				return false
 			}
 		}
@@ -168,7 +170,7 @@ price = { input = %g, output = %g, cached_input = %g, cache_write = %g }
 	u := clisim.Usage
 	callUSD := (float64(u.Prompt-u.Cached-u.CacheWrite)*cliPrice.Input + float64(u.Cached)*cliPrice.CachedInput +
 		float64(u.CacheWrite)*cliPrice.CacheWrite + float64(u.Completion)*cliPrice.Output) / 1e6
-	var runs, recorded, replays int
+	var runs, recorded, replays, verified int
 	levels := map[string]int{}
 	for _, at := range atts {
 		if at.Outcome != "ok" {
@@ -181,6 +183,15 @@ price = { input = %g, output = %g, cached_input = %g, cache_write = %g }
 		}
 		runs++
 		levels[at.Level]++
+		// A new node's runs are replayed on the other node with the
+		// recorded answers (the rate falls with clean replays): the CLI
+		// ran the same tools to the same results.
+		switch {
+		case at.Verification.Verified():
+			verified++
+		case at.Verification.State != core.VerifyNotDrawn:
+			t.Fatalf("attempt %s (%s %s): replay verification %+v", at.ID, at.TaskID, at.Level, at.Verification)
+		}
 		if at.Score.Value != 1 {
 			dumpAttempts(ctx, t, cp, atts)
 			t.Fatalf("attempt %s (%s %s): score %v %s", at.ID, at.TaskID, at.Level, at.Score.Value, at.Score.Public)
@@ -221,13 +232,13 @@ price = { input = %g, output = %g, cached_input = %g, cache_write = %g }
 			t.Fatalf("attempt %s: the provider's key is in its trajectory or output", at.ID)
 		}
 	}
-	if levels["easy"] != levels["hard"] || runs != 2*levels["easy"] || runs == 0 {
-		t.Fatalf("runs by level: %v", levels)
+	if levels["easy"] != levels["hard"] || runs != 2*levels["easy"] || runs == 0 || verified == 0 {
+		t.Fatalf("runs by level: %v, %d verified by a replay", levels, verified)
 	}
 	if n := len(sim.Requests()); n != recorded {
 		t.Fatalf("the provider answered %d calls, the trajectories hold %d", n, recorded)
 	}
-	t.Logf("%d runs right, %d calls recorded, %d replays agreed", runs, recorded, replays)
+	t.Logf("%d runs right, %d verified by %d replays, %d calls recorded", runs, verified, replays, recorded)
 	for _, nd := range dataDirs {
 		err = filepath.WalkDir(nd, func(p string, de fs.DirEntry, err error) error {
 			if err != nil || de.IsDir() || !de.Type().IsRegular() {
