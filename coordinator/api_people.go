@@ -1,9 +1,6 @@
 package coordinator
 
 import (
-	"archive/tar"
-	"bufio"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -12,12 +9,12 @@ import (
 	"net/http"
 	"path"
 	"strconv"
-	"strings"
 
 	"github.com/ipfs/go-datastore"
 
 	"github.com/repronet/repronet/coordinator/accounts"
 	"github.com/repronet/repronet/dashboard"
+	"github.com/repronet/repronet/sandbox/ociimage"
 )
 
 // The API of submitters' work (and the operator's view of it):
@@ -318,22 +315,17 @@ func (c *Coordinator) pushAgent(ctx context.Context, p accounts.Principal, group
 			_ = c.web.accounts.ReleaseAgent(context.WithoutCancel(ctx), info.Name, group)
 		}
 	}
-	for _, a := range c.Attempts() {
-		if a.Agent == info.Name && !finished(a.State) {
-			release()
-			return dashboard.Agent{}, http.StatusConflict, fmt.Errorf("agent %q has unfinished attempts (evaluation %s): push under another name, or when they are done", info.Name, a.Eval)
-		}
-	}
-	ic := newImageCheck(body)
-	ag, err := c.AddAgentWith(ctx, info, ic)
-	ic.close()
+	// A push over an agent with unfinished attempts is a new version for
+	// new evaluations: queued work keeps the image it was queued with
+	// (core.Job.ImageCID).
+	ag, err := c.AddAgentWith(ctx, info, body)
 	if err != nil {
 		release()
 		var tooBig *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooBig):
 			return dashboard.Agent{}, http.StatusRequestEntityTooLarge, fmt.Errorf("agent %q: over %d bytes", info.Name, tooBig.Limit)
-		case errors.Is(err, errBadImage):
+		case errors.Is(err, ociimage.ErrImageRefused):
 			return dashboard.Agent{}, http.StatusBadRequest, fmt.Errorf("agent %q: %w", info.Name, err)
 		}
 		return dashboard.Agent{}, httpStatus(err, http.StatusInternalServerError), err
@@ -342,85 +334,4 @@ func (c *Coordinator) pushAgent(ctx context.Context, p accounts.Principal, group
 	return dashboard.Agent{Name: ag.Name, Group: group, Model: ag.Model, Deterministic: ag.Deterministic, NotReplayable: ag.NotReplayable,
 		CID: ag.CID, Size: ag.Size,
 		SHA256: ag.SHA256}, http.StatusOK, nil
-}
-
-// imageCheck reads a pushed image through to the store while
-// checkImageTarball reads a copy: at the end of the body it answers the
-// check's error instead of io.EOF, so that a tarball that is no image
-// fails the store's import and is never registered.
-type imageCheck struct {
-	body io.Reader
-	pw   *io.PipeWriter
-	scan chan error
-	err  error
-}
-
-func newImageCheck(body io.Reader) *imageCheck {
-	pr, pw := io.Pipe()
-	ic := &imageCheck{pw: pw, scan: make(chan error, 1)}
-	ic.body = io.TeeReader(body, pw)
-	go func() {
-		err := checkImageTarball(pr)
-		_, _ = io.Copy(io.Discard, pr) // the store reads on, whatever the check found
-		ic.scan <- err
-	}()
-	return ic
-}
-
-// close ends the check when the store stopped reading before the end.
-func (ic *imageCheck) close() { ic.pw.CloseWithError(errors.New("upload ended")) }
-
-func (ic *imageCheck) Read(p []byte) (int, error) {
-	if ic.err != nil {
-		return 0, ic.err
-	}
-	n, err := ic.body.Read(p)
-	if err == nil {
-		return n, nil
-	}
-	ic.pw.CloseWithError(err)
-	ic.err = err
-	if scanErr := <-ic.scan; err == io.EOF && scanErr != nil {
-		// Not %w: a reader's io.ErrUnexpectedEOF reads as a short last
-		// chunk to the store's chunker, never as an error.
-		ic.err = fmt.Errorf("%w: %v", errBadImage, scanErr)
-	}
-	return n, ic.err
-}
-
-// errBadImage: a pushed agent is not an image tarball.
-var errBadImage = errors.New("not an OCI image tarball")
-
-// checkImageTarball reads a tarball (gzipped or not) through and checks
-// that it is an image archive: an OCI layout (index.json) or a docker
-// save archive (manifest.json) at its top.
-func checkImageTarball(r io.Reader) error {
-	br := bufio.NewReader(r)
-	var in io.Reader = br
-	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
-		gz, err := gzip.NewReader(br)
-		if err != nil {
-			return err
-		}
-		in = gz
-	}
-	tr := tar.NewReader(in)
-	found := false
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		switch strings.TrimPrefix(h.Name, "./") {
-		case "index.json", "manifest.json":
-			found = true
-		}
-	}
-	if !found {
-		return errors.New("no index.json (OCI layout) or manifest.json (docker save) at its top")
-	}
-	return nil
 }

@@ -82,6 +82,10 @@ type Config struct {
 	// answered "retry", new evaluations and imports are refused, and all
 	// resumes by itself once space returns.
 	DiskReserve uint64
+	// MaxImageUnpacked bounds what an agent image's files add up to
+	// (default ociimage.DefaultUnpackedBytes): a bigger image is refused
+	// at its push, as every image ociimage.Check refuses.
+	MaxImageUnpacked int64
 	// ListenAddrs are libp2p listen multiaddrs (default: loopback TCP, any port).
 	ListenAddrs []string
 	// LeaseTTL is how long an assignment lives without renewal.

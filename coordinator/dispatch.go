@@ -183,8 +183,12 @@ func (c *Coordinator) agentRecipe(job core.Job) (*proto.Recipe, error) {
 	if !ok {
 		return nil, fmt.Errorf("suite %q has no task %s", a.Suite, a.TaskID)
 	}
-	ag, _ := c.catalog.Agent(job.Image)
-	image, err := cid.Decode(ag.CID)
+	imageCID := job.ImageCID
+	if imageCID == "" {
+		ag, _ := c.catalog.Agent(job.Image)
+		imageCID = ag.CID
+	}
+	image, err := cid.Decode(imageCID)
 	if err != nil {
 		return nil, fmt.Errorf("image %q: %w", job.Image, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/repronet/repronet/bench"
+	"github.com/repronet/repronet/sandbox/ociimage"
 )
 
 // Imports: the bytes go into the capsule store (served over bitswap), the
@@ -53,8 +54,16 @@ func (c *Coordinator) AddAgentWith(ctx context.Context, info AgentInfo, tarball 
 	if info.Name == "" {
 		return Agent{}, errors.New("add agent: empty name")
 	}
-	st, err := c.store.Add(ctx, tarball)
+	// Checked as a node imports it, while it is stored: an image no node
+	// could run is refused here with its reason (wrapping
+	// ociimage.ErrImageRefused), never charged to a node later.
+	cr := ociimage.NewCheckingReader(tarball, ociimage.CheckLimits{UnpackedBytes: c.cfg.MaxImageUnpacked})
+	st, err := c.store.Add(ctx, cr)
 	if err != nil {
+		cr.Abort()
+		return Agent{}, fmt.Errorf("add agent %s: %w", info.Name, err)
+	}
+	if err := cr.Finish(); err != nil {
 		return Agent{}, fmt.Errorf("add agent %s: %w", info.Name, err)
 	}
 	a := Agent{Name: info.Name, CID: st.CID.String(), Size: st.Size, SHA256: st.SHA256, Model: info.Model,

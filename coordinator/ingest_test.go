@@ -18,6 +18,7 @@ import (
 	"github.com/repronet/repronet/coordinator/core"
 	"github.com/repronet/repronet/internal/families"
 	"github.com/repronet/repronet/proto"
+	"github.com/repronet/repronet/sandbox/ociimage"
 )
 
 const testSuite = "sample"
@@ -65,7 +66,13 @@ func openTestWith(t testing.TB, dir string, edit func(*Config)) *Coordinator {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.AddAgent(ctx, "oracle", strings.NewReader("not really an image")); err != nil {
+	// A real image (pushes are checked as a node imports them), never run.
+	var img bytes.Buffer
+	if _, err := ociimage.Build(&img, "repronet.local/agents/oracle:test", []ociimage.File{{Path: "/agent/run", Mode: 0o755,
+		Data: []byte("#!/bin/sh\n")}}, ociimage.Config{Entrypoint: []string{"/agent/run"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AddAgent(ctx, "oracle", &img); err != nil {
 		t.Fatal(err)
 	}
 	return c

@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"archive/tar"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -10,9 +12,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ipfs/go-cid"
+
 	"github.com/repronet/repronet/coordinator/accounts"
 	"github.com/repronet/repronet/dashboard"
 	"github.com/repronet/repronet/proto"
+	"github.com/repronet/repronet/sandbox/ociimage"
 )
 
 // TestPeople runs the scope tests of the API and the dashboard's browser
@@ -164,7 +169,9 @@ func testScopes(t *testing.T, f *people) {
 		{"overwrite another group's agent", f.ann, "/api/agents?name=solver-b", "x", 403, "another group"},
 		{"overwrite the operator's agent", f.ann, "/api/agents?name=oracle", "x", 403, "another group"},
 		{"push an agent publicly", "", "/api/agents?name=x", "x", 401, "bearer token"},
-		{"push what is not an image", f.ann, "/api/agents?name=junk", "not a tarball at all", 400, "not an OCI image"},
+		{"push what is not an image", f.ann, "/api/agents?name=junk", "not a tarball at all", 400, "image refused"},
+		{"push an image whose manifest is missing", f.ann, "/api/agents?name=junk", danglingIndex(t), 400,
+			"is not in the archive"},
 		{"push an agent with a bad name", f.ann, "/api/agents?name=a/b", "x", 400, "agent name"},
 	}
 	for _, r := range refused {
@@ -273,10 +280,29 @@ func TestSubmitterQuotaAndPending(t *testing.T) {
 	if n := len(c.Attempts()); n != 3 {
 		t.Fatalf("%d attempts queued, want 3", n)
 	}
-	// Its replicas must all run one image: no push over an agent with
-	// unfinished attempts.
-	if rec := do(h, "POST", "/api/agents?name=oracle", tok, "x"); rec.Code != http.StatusConflict || !strings.Contains(rec.Body.String(), "unfinished") {
+	// A push over an agent with unfinished attempts is a new version for
+	// new evaluations: the queued ones keep running the image they were
+	// queued with, so that every replica runs one image.
+	_, before, err := c.jobRecipe(c.Attempts()[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v2 bytes.Buffer
+	if _, err := ociimage.Build(&v2, "repronet.local/agents/oracle:v2", []ociimage.File{{Path: "/agent/run", Mode: 0o755,
+		Data: []byte("#!/bin/sh\necho v2\n")}}, ociimage.Config{Entrypoint: []string{"/agent/run"}}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := do(h, "POST", "/api/agents?name=oracle", tok, v2.String()); rec.Code != http.StatusOK {
 		t.Fatalf("push over an agent with unfinished attempts: %d %s", rec.Code, rec.Body)
+	}
+	if ag, _ := c.Agent("oracle"); ag.CID == cid.MustParse(before.GetImageCid()).String() {
+		t.Fatal("the push did not change the agent")
+	}
+	for _, a := range c.Attempts() {
+		_, r, err := c.jobRecipe(a.ID)
+		if err != nil || !bytes.Equal(r.GetImageCid(), before.GetImageCid()) {
+			t.Fatalf("attempt %s queued before the push now runs another image: %v", a.ID, err)
+		}
 	}
 
 	// One attempt runs: the submitter sees it pending, like the queued.
@@ -355,4 +381,19 @@ func TestAttemptHandles(t *testing.T) {
 	if c2.web.handle(id) != h1 {
 		t.Fatal("a handle changed across a restart")
 	}
+}
+
+// danglingIndex is an OCI layout whose index.json names a manifest the
+// archive does not hold: no node could import it.
+func danglingIndex(t *testing.T) string {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	index := `{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:` +
+		strings.Repeat("0", 64) + `","size":2}]}`
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "index.json", Size: int64(len(index)), Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write([]byte(index))
+	tw.Close()
+	return b.String()
 }

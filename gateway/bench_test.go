@@ -8,6 +8,9 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,3 +142,161 @@ func benchOverhead(b *testing.B, fileRecorder bool) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkGeminiOverhead measures what the gateway adds to a Gemini call,
+// side by side in one run against the scripted server's Gemini API, the
+// paths interleaved: direct (client → model server), gateway (client →
+// the gateway's handler over loopback HTTP → model server) and node
+// (client → a node's proxy → libp2p → gateway → model server).
+//
+// It reports p50 and p99 latency of a small generateContent call on each
+// path and what the gateway and the node path add (goal: <= 2 ms at p50),
+// and the throughput of 32 concurrent streamGenerateContent?alt=sse
+// streams on each path, one path at a time (each first in turn): paced
+// as a fast model streams (a token every 5 ms, 200 tokens/s per stream,
+// 6,400 in all; goal: <= 5% loss), and unpaced (tokens as fast as the
+// server writes them: what the CPU allows, and the process's CPU time
+// per token on each path, whose differences are what the gateway and the
+// node hop cost per token whatever the machine's other load).
+//
+//	go test -run '^$' -bench GeminiOverhead -benchtime 1x ./gateway/
+func BenchmarkGeminiOverhead(b *testing.B) {
+	const calls, concurrent, pacedTokens, fastTokens = 400, 32, 400, 1000
+	script := modelsim.Script{Rules: []modelsim.Rule{
+		{When: modelsim.Cond{AnyContains: "paced stream"}, Reply: modelsim.Reply{Content: strings.Repeat("tok ", pacedTokens),
+			TokenDelay: 5 * time.Millisecond, Usage: modelsim.Usage{Prompt: 50, Thoughts: 10}}},
+		{When: modelsim.Cond{AnyContains: "fast stream"}, Reply: modelsim.Reply{Content: strings.Repeat("tok ", fastTokens), Usage: modelsim.Usage{Prompt: 50}}},
+		{Reply: modelsim.Reply{Content: "The answer is 42.", Usage: modelsim.Usage{Prompt: 50, Cached: 20, Thoughts: 5}}},
+	}}
+	n := newGeminiP2PNet(b, script)
+	nodeHost, proxy, _ := n.node(b, "at-1")
+	n.rig.node = nodeHost.ID()
+	tok := n.grant(b, "at-1", gateway.Unlimited, func(g *gateway.Grant) {
+		g.Budgets = gateway.Budgets{Attempt: gateway.Unlimited, Evaluation: gateway.Unlimited, Group: gateway.Unlimited}
+	})
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.gw.ServeHTTP(w, r.WithContext(modelnet.WithCaller(r.Context(), nodeHost.ID())))
+	}))
+	b.Cleanup(gw.Close)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * concurrent}}
+	paths := []struct {
+		name, base, model string
+	}{
+		{"direct", n.sim.URL(), "gemini-sim-2026"},
+		{"gateway", gw.URL, "gemini-sim"},
+		{"node", proxy.URL(), "gemini-sim"},
+	}
+	body := func(text string) []byte {
+		out, _ := json.Marshal(map[string]any{"contents": []any{map[string]any{"role": "user", "parts": []any{map[string]any{"text": text}}}}})
+		return out
+	}
+	small, paced, fast := body("What is the answer?"), body("paced stream please"), body("fast stream please")
+	do := func(url string, token string, body []byte) (time.Duration, int) {
+		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("x-goog-api-key", token)
+		}
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Error(err)
+			return 0, 0
+		}
+		out, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		took := time.Since(start)
+		if err != nil || resp.StatusCode != 200 {
+			b.Errorf("%s: %d %v %s", url, resp.StatusCode, err, out)
+		}
+		return took, bytes.Count(out, []byte(`"text":"`))
+	}
+	token := func(k int) string {
+		if k == 0 {
+			return ""
+		}
+		return tok
+	}
+	// streams runs concurrent streams on path k and returns the tokens
+	// per second they moved together.
+	streams := func(k int, body []byte, tokens int) float64 {
+		p := paths[k]
+		url := p.base + "/v1beta/models/" + p.model + ":streamGenerateContent?alt=sse"
+		var wg sync.WaitGroup
+		start := time.Now()
+		var moved atomic.Int64
+		for range concurrent {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, chunks := do(url, token(k), body)
+				if chunks < tokens {
+					b.Errorf("%s streamed %d chunks of %d", p.name, chunks, tokens)
+				}
+				moved.Add(int64(min(chunks, tokens)))
+			}()
+		}
+		wg.Wait()
+		return float64(moved.Load()) / time.Since(start).Seconds()
+	}
+	for range b.N {
+		lat := make([][]time.Duration, len(paths))
+		for i := range calls + 20 {
+			for k, p := range paths {
+				d, _ := do(p.base+"/v1beta/models/"+p.model+":generateContent", token(k), small)
+				if i >= 20 { // warm-up
+					lat[k] = append(lat[k], d)
+				}
+			}
+		}
+		const rounds = 3
+		pacedRate := make([]float64, len(paths))
+		fastRate := make([]float64, len(paths))
+		for i := range rounds {
+			for j := range paths {
+				k := (i + j) % len(paths) // each path first in turn
+				pacedRate[k] += streams(k, paced, pacedTokens) / rounds
+			}
+		}
+		cpu := make([]time.Duration, len(paths)) // process CPU per unpaced token
+		for range rounds {
+			for k := range paths {
+				before := processCPU()
+				fastRate[k] += streams(k, fast, fastTokens) / rounds
+				cpu[k] += (processCPU() - before) / (rounds * concurrent * fastTokens)
+			}
+		}
+		if b.Failed() {
+			return
+		}
+		p50 := make([]time.Duration, len(paths))
+		p99 := make([]time.Duration, len(paths))
+		for k := range paths {
+			slices.Sort(lat[k])
+			p50[k], p99[k] = lat[k][len(lat[k])/2], lat[k][len(lat[k])*99/100]
+			b.Logf("%-8s p50 %7.3f ms  p99 %7.3f ms  %d paced streams %8.0f tokens/s  unpaced %8.0f tokens/s, %5.1f µs CPU per token", paths[k].name, ms(p50[k]), ms(p99[k]),
+				concurrent, pacedRate[k], fastRate[k], float64(cpu[k])/float64(time.Microsecond))
+		}
+		b.Logf("added at p50: gateway %.3f ms, node path %.3f ms; at p99: gateway %.3f ms, node path %.3f ms; paced throughput ratio gateway %.3f node %.3f; unpaced gateway %.3f node %.3f",
+			ms(p50[1]-p50[0]), ms(p50[2]-p50[0]), ms(p99[1]-p99[0]), ms(p99[2]-p99[0]),
+			pacedRate[1]/pacedRate[0], pacedRate[2]/pacedRate[0], fastRate[1]/fastRate[0], fastRate[2]/fastRate[0])
+		b.ReportMetric(ms(p50[0]), "direct_p50_ms")
+		b.ReportMetric(ms(p50[1]-p50[0]), "gw_added_p50_ms")
+		b.ReportMetric(ms(p50[2]-p50[0]), "added_p50_ms")
+		b.ReportMetric(ms(p99[2]-p99[0]), "added_p99_ms")
+		b.ReportMetric(pacedRate[1]/pacedRate[0], "gw_paced_ratio")
+		b.ReportMetric(pacedRate[2]/pacedRate[0], "paced_ratio")
+		b.ReportMetric(fastRate[2]/fastRate[0], "unpaced_ratio")
+		b.ReportMetric(float64(cpu[1]-cpu[0])/float64(time.Microsecond), "gw_cpu_us/token")
+		b.ReportMetric(float64(cpu[2]-cpu[0])/float64(time.Microsecond), "node_cpu_us/token")
+	}
+}
+
+// processCPU is the CPU time (user and system) the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

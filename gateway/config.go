@@ -23,6 +23,12 @@ const (
 	// Anthropic's clients take (https://api.anthropic.com); calls go to
 	// base + "/v1/messages".
 	APIAnthropic = "anthropic"
+	// APIGemini is Google's Gemini API: the base URL is what Google's
+	// clients take (https://generativelanguage.googleapis.com); calls go
+	// to base + "/v1beta/models/{upstream}:generateContent" (or
+	// ":streamGenerateContent?alt=sse", ":countTokens"), the key in
+	// x-goog-api-key, never in the URL.
+	APIGemini = "gemini"
 )
 
 // Provider is a model provider the gateway forwards to.
@@ -225,8 +231,8 @@ func (c Config) compile() (compiled, error) {
 		case providers[p.Name].Name != "":
 			errs = append(errs, fmt.Errorf("%s: name used twice", name))
 		}
-		if p.API != APIOpenAI && p.API != APIAnthropic {
-			errs = append(errs, fmt.Errorf("%s: api %q is neither %q nor %q", name, p.API, APIOpenAI, APIAnthropic))
+		if p.API != APIOpenAI && p.API != APIAnthropic && p.API != APIGemini {
+			errs = append(errs, fmt.Errorf("%s: api %q is not %q, %q or %q", name, p.API, APIOpenAI, APIAnthropic, APIGemini))
 		}
 		u, err := url.Parse(p.BaseURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
@@ -281,6 +287,12 @@ func (c Config) compile() (compiled, error) {
 		endpoint := strings.TrimSuffix(p.BaseURL, "/") + "/chat/completions"
 		if p.API == APIAnthropic {
 			endpoint = strings.TrimSuffix(p.BaseURL, "/") + "/v1/messages"
+		}
+		if p.API == APIGemini {
+			endpoint = strings.TrimSuffix(p.BaseURL, "/") + geminiPrefix + "/" + m.Upstream
+			if strings.ContainsAny(m.Upstream, ":/?#% ") {
+				errs = append(errs, fmt.Errorf("%s: upstream %q of a Gemini model must be one path segment without ':'", name, m.Upstream))
+			}
 		}
 		out.routes[m.Name] = route{model: m, provider: p, price: price, endpoint: endpoint}
 	}

@@ -20,12 +20,15 @@ const (
 )
 
 // writeAPIError answers status with msg in api's error format: OpenAI's
-// {"error": {"message", "type", "param", "code"}} or Anthropic's
-// {"type": "error", "error": {"type", "message"}}.
+// {"error": {"message", "type", "param", "code"}}, Anthropic's
+// {"type": "error", "error": {"type", "message"}} or Gemini's
+// {"error": {"code", "message", "status"}}.
 func writeAPIError(w http.ResponseWriter, api string, status int, typ, msg string) {
 	var body any
 	if api == APIAnthropic {
 		body = map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}}
+	} else if api == APIGemini {
+		body = geminiError(status, typ, msg)
 	} else {
 		body = map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": typ}}
 	}

@@ -11,11 +11,14 @@
 //
 // It serves OpenAI's chat completions (POST /v1/chat/completions,
 // streaming or not, tool calls passed through untouched), Anthropic's
-// Messages API (POST /v1/messages) and the model list (GET /v1/models).
+// Messages API (POST /v1/messages), Google's Gemini API (POST
+// /v1beta/models/{model}:generateContent, :streamGenerateContent and
+// :countTokens, gemini.go) and the model lists (GET /v1/models, GET
+// /v1beta/models).
 // It owns the arithmetic of money, prices and budgets (budget.go, pure,
 // with the proof that a budget is never exceeded), the reading and
-// rewriting of both APIs' requests, answers and streams (openai.go,
-// anthropic.go, sse.go, pure), the Authorizer, Ledger and Recorder
+// rewriting of the APIs' requests, answers and streams (openai.go,
+// anthropic.go, gemini.go, sse.go, pure), the Authorizer, Ledger and Recorder
 // interfaces with in-memory (and, for trajectories, file-backed)
 // implementations, and the conversion of a trajectory to HAL's upload
 // fields (hal.go, pure).
@@ -122,7 +125,7 @@ func New(cfg Config, auth Authorizer, ledger Ledger, rec Recorder, opts ...Optio
 	return g, nil
 }
 
-// adapter is what differs between the two APIs.
+// adapter is what differs between the APIs.
 type adapter struct {
 	api       string
 	call      string
@@ -130,6 +133,9 @@ type adapter struct {
 	rewrite   func(callRequest, route, int64) ([]byte, error)
 	response  func([]byte) (Usage, bool, error)
 	assembler func() assembler
+	// endpoint, when set, is the provider's URL for the call (Gemini's
+	// depends on the method); otherwise the route's.
+	endpoint func(route) string
 }
 
 // assembler rebuilds an answer from its stream.
@@ -165,14 +171,25 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/v1/models":
 		g.serveModels(w, r)
 	default:
-		writeAPIError(w, APIOpenAI, http.StatusNotFound, errNotFound, fmt.Sprintf("no endpoint %s (the gateway serves /v1/chat/completions, /v1/messages and /v1/models)", r.URL.Path))
+		if strings.HasPrefix(r.URL.Path, geminiPrefix) {
+			g.serveGemini(w, r)
+			return
+		}
+		writeAPIError(w, APIOpenAI, http.StatusNotFound, errNotFound, fmt.Sprintf("no endpoint %s (the gateway serves /v1/chat/completions, /v1/messages, /v1/models and /v1beta/models)", r.URL.Path))
 	}
 }
 
 // token is the API key a request presents: x-api-key (Anthropic's
-// clients) or Authorization: Bearer (OpenAI's).
+// clients), x-goog-api-key or ?key= (Gemini's) or Authorization: Bearer
+// (OpenAI's). None is forwarded: the provider's call is built anew.
 func token(r *http.Request) string {
 	if k := r.Header.Get("x-api-key"); k != "" {
+		return k
+	}
+	if k := r.Header.Get("x-goog-api-key"); k != "" {
+		return k
+	}
+	if k := r.URL.Query().Get("key"); k != "" {
 		return k
 	}
 	h := r.Header.Get("Authorization")
@@ -191,7 +208,7 @@ func (g *Gateway) authorize(ctx context.Context, r *http.Request) (Grant, int, s
 	}
 	tok := token(r)
 	if tok == "" {
-		return Grant{}, http.StatusUnauthorized, errAuthentication, errors.New("no API key: send the attempt's token (Authorization: Bearer, or x-api-key)")
+		return Grant{}, http.StatusUnauthorized, errAuthentication, errors.New("no API key: send the attempt's token (Authorization: Bearer, x-api-key or x-goog-api-key)")
 	}
 	grant, err := g.auth.Resolve(ctx, tok)
 	switch {
@@ -272,11 +289,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 		return
 	}
 	if rt.provider.API != a.api {
-		path := "/v1/chat/completions"
-		if rt.provider.API == APIAnthropic {
-			path = "/v1/messages"
-		}
-		writeAPIError(w, a.api, http.StatusBadRequest, errInvalidRequest, fmt.Sprintf("model %q is served at %s", req.Model, path))
+		writeAPIError(w, a.api, http.StatusBadRequest, errInvalidRequest, fmt.Sprintf("model %q is served at %s", req.Model, servedAt(rt.provider.API)))
 		return
 	}
 	if err := grant.Permits(grant.Node, "", req.Model, start); err != nil {
@@ -375,7 +388,11 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, clientHead
 			wrote.Store(true)
 		}
 	}}
-	up, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, rt.endpoint, bytes.NewReader(fwd))
+	endpoint := rt.endpoint
+	if a.endpoint != nil {
+		endpoint = a.endpoint(rt)
+	}
+	up, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, endpoint, bytes.NewReader(fwd))
 	if err != nil {
 		c.Status, c.Error = http.StatusInternalServerError, err.Error()
 		writeAPIError(w, a.api, http.StatusInternalServerError, errAPI, "building the provider request failed")
@@ -390,6 +407,8 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, clientHead
 	if rt.provider.API == APIAnthropic {
 		up.Header.Set("x-api-key", rt.provider.Key)
 		up.Header.Set("anthropic-version", cmpOr(clientHeader.Get("anthropic-version"), rt.provider.AnthropicVersion))
+	} else if rt.provider.API == APIGemini {
+		up.Header.Set("x-goog-api-key", rt.provider.Key)
 	} else if rt.provider.Key != "" {
 		up.Header.Set("Authorization", "Bearer "+rt.provider.Key)
 	}

@@ -160,6 +160,18 @@ func halCall(task string, c TrajectoryCall) (HALCall, error) {
 			usage["cache_read_input_tokens"] = c.Usage.CachedInput
 			usage["cache_creation_input_tokens"] = c.Usage.CacheWrite
 		}
+	} else if c.API == CallGeminiGenerate || c.API == CallGeminiCountTokens {
+		op = "google.genai.models.generate_content"
+		if c.API == CallGeminiCountTokens {
+			op = "google.genai.models.count_tokens"
+		}
+		texts = geminiTexts(c.ResponseBody)
+		if c.UsageReported {
+			usage["prompt_token_count"] = c.Usage.Input
+			usage["candidates_token_count"] = c.Usage.Output
+			usage["cached_content_token_count"] = c.Usage.CachedInput
+			usage["total_token_count"] = add(c.Usage.Input, c.Usage.Output)
+		}
 	} else if c.UsageReported {
 		usage["prompt_tokens"] = c.Usage.Input
 		usage["completion_tokens"] = c.Usage.Output

@@ -58,7 +58,8 @@ func (n *Node) startEgress() error {
 // modelService is the model endpoint of a job with model access: a proxy
 // of the coordinator's gateway for this attempt alone (its calls carry
 // the attempt), and its address and token in the job's environment as
-// OpenAI's and Anthropic's SDKs read them.
+// OpenAI's, Anthropic's and Google's Gemini SDKs (and Gemini CLI) read
+// them.
 //
 // onHead is told the chain head each answer carries: the last one goes
 // in the report.
@@ -78,6 +79,7 @@ func (n *Node) modelService(ctx context.Context, coord peer.ID, attempt, token s
 		Env: func(listen netip.AddrPort) []string {
 			base := "http://" + listen.String()
 			return []string{"OPENAI_BASE_URL=" + base + "/v1", "OPENAI_API_KEY=" + token,
-				"ANTHROPIC_BASE_URL=" + base, "ANTHROPIC_API_KEY=" + token, "REPRONET_MODEL_URL=" + base}
+				"ANTHROPIC_BASE_URL=" + base, "ANTHROPIC_API_KEY=" + token,
+				"GOOGLE_GEMINI_BASE_URL=" + base, "GEMINI_API_KEY=" + token, "REPRONET_MODEL_URL=" + base}
 		}}
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/repronet/repronet/sandbox/ociimage"
 )
 
 // LabelImageKey labels the images imported with ImportKeyedImage; its value
@@ -67,8 +69,25 @@ func (r *Runner) ImportKeyedImage(ctx context.Context, key string, tarball io.Re
 	}
 	defer done(context.WithoutCancel(ctx))
 	cs := r.client.ContentStore()
-	index, err := archive.ImportIndex(lctx, cs, tarball)
+	// Checked as the coordinator checked it at its push, before anything
+	// is unpacked: no device files, no links to nothing, and files that add
+	// up to no more than the image cache's quota (a decompression bomb is
+	// refused here, wrapping ociimage.ErrImageRefused).
+	cr := ociimage.NewCheckingReader(tarball, ociimage.CheckLimits{UnpackedBytes: r.imageQuota})
+	index, err := archive.ImportIndex(lctx, cs, cr)
 	if err != nil {
+		if ctx.Err() == nil {
+			// The check's reason, when it has one, says what is wrong
+			// with the image better than the importer's.
+			if verdict := cr.Finish(); verdict != nil {
+				return "", fmt.Errorf("import image %s: %w", key, verdict)
+			}
+		} else {
+			cr.Abort()
+		}
+		return "", fmt.Errorf("import image %s: %w", key, err)
+	}
+	if err := cr.Finish(); err != nil {
 		return "", fmt.Errorf("import image %s: %w", key, err)
 	}
 	// Label the index's children for the garbage collector (for the host

@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -132,5 +134,54 @@ func TestKeyedImageCache(t *testing.T) {
 	}
 	if n, err := r.Reconcile(ctx); err != nil || n != 0 {
 		t.Fatalf("Reconcile = %d, %v", n, err)
+	}
+}
+
+// TestImportRefusesWhatCheckRefuses: an image that makes a device, or
+// whose files add up to more than the image cache's quota (a
+// decompression bomb), is refused before anything is unpacked, with
+// ociimage.ErrImageRefused and the reason; nothing of it is left as an
+// image.
+func TestImportRefusesWhatCheckRefuses(t *testing.T) {
+	ctx := context.Background()
+	const ns = "repronet-sandbox-refused"
+	r, err := New(ctx, testSocket, WithNamespace(ns), WithLogger(slog.New(slog.DiscardHandler)), WithImageCacheBytes(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	layer := func(hdrs ...tar.Header) []byte {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		for _, h := range hdrs {
+			tw.WriteHeader(&h)
+			if h.Typeflag == tar.TypeReg {
+				tw.Write(make([]byte, h.Size))
+			}
+		}
+		tw.Close()
+		return b.Bytes()
+	}
+	for name, c := range map[string]struct {
+		layer []byte
+		want  string
+	}{
+		"a device": {layer(tar.Header{Typeflag: tar.TypeChar, Name: "tmp/mem", Devmajor: 1, Devminor: 1, Mode: 0o666}), "tmp/mem is a device file (1,1)"},
+		"a bomb":   {layer(tar.Header{Typeflag: tar.TypeReg, Name: "zeros", Size: 2 << 20, Mode: 0o644}), "unpacks to over 1048576 bytes"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var img bytes.Buffer
+			if _, err := ociimage.BuildFromLayer(&img, "repronet.local/test/hostile:1", c.layer, ociimage.Config{Cmd: []string{"/x"}}); err != nil {
+				t.Fatal(err)
+			}
+			key := "bafy" + strings.ReplaceAll(name, " ", "")
+			_, err := r.ImportKeyedImage(ctx, key, &img)
+			if !errors.Is(err, ociimage.ErrImageRefused) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want a refusal saying %q", err, c.want)
+			}
+			if _, ok, err := r.KeyedImage(ctx, key); ok || err != nil {
+				t.Fatalf("the refused image is there: %v", err)
+			}
+		})
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/repronet/repronet/internal/httpserve"
 	"github.com/repronet/repronet/internal/p2phost"
 	"github.com/repronet/repronet/proto"
+	"github.com/repronet/repronet/sandbox/ociimage"
 )
 
 func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -31,6 +32,8 @@ func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	dataDir := fs.String("data", defaultDataDir("coordinator"), "data folder: identity key and badger state")
 	diskReserve := byteSize(coordinator.DefaultDiskReserve)
 	fs.Var(&diskReserve, "disk-reserve", "free space the data folder keeps: below it nothing more is written, reports are answered retry (nodes keep them), evaluations are refused (HTTP 507), reads go on, and all resumes once there is room; bytes, or with a K, M, G or T suffix")
+	maxImage := byteSize(ociimage.DefaultUnpackedBytes)
+	fs.Var(&maxImage, "max-image-unpacked", "refuse agent images whose files add up to more than this (checked at the push as nodes check them: no device files, no dangling links; docs/agents.md); bytes, or with a K, M, G or T suffix")
 	network := fs.String("network", coordinator.DefaultNetwork, "network name (the nodes' capacity topic); coordinators of one network share its nodes")
 	var listen stringList
 	fs.Var(&listen, "listen", "libp2p listen multiaddr, repeatable (default /ip4/0.0.0.0/tcp/4001)")
@@ -112,7 +115,7 @@ func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	cfg := coordinator.Config{Families: families.Registry(), Checker: families.Checker(), Network: *network, DataDir: *dataDir, DiskReserve: uint64(diskReserve), ListenAddrs: listen, Logger: log,
 		LeaseTTL: *leaseTTL, NodeTTL: *nodeTTL, HalfLife: *halfLife, CrossCheck: &policy, IdleCanaryEvery: *idleCanary,
-		PublicBoardsEvery: *publicEvery, MaxConnsPerIP: *maxConnsPerIP, Gateway: gw}
+		PublicBoardsEvery: *publicEvery, MaxConnsPerIP: *maxConnsPerIP, Gateway: gw, MaxImageUnpacked: int64(maxImage)}
 	if *withSample {
 		cfg.Limits = demo.SampleLimits()
 	}

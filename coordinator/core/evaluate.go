@@ -38,7 +38,10 @@ type Evaluation struct {
 	Priority int
 	// Env are per-evaluation arguments for the agent (a model name, say),
 	// KEY=value, given to it as environment: never baked into images.
-	// Names the node sets (REPRONET_*, OPENAI_*, ANTHROPIC_*) are refused.
+	// Names the node sets (REPRONET_*, OPENAI_*, ANTHROPIC_*,
+	// GEMINI_API_KEY, GOOGLE_GEMINI_BASE_URL) and the Gemini SDK's that
+	// would take its calls elsewhere (GOOGLE_API_KEY*, GOOGLE_GENAI_*,
+	// GOOGLE_VERTEX_*) are refused.
 	Env []string
 	// Models are the models its agents may call through the gateway
 	// (empty: any the gateway prices); Budget caps what they spend.
@@ -57,8 +60,12 @@ func samples(e EvalRecord, agent AgentInfo) bool {
 }
 
 // reservedEnv are the prefixes of environment names the node sets for an
-// agent (its model endpoint and token, its own settings).
-var reservedEnv = []string{"REPRONET_", "OPENAI_", "ANTHROPIC_"}
+// agent (its model endpoint and token, its own settings), and of those
+// with which Google's SDK would override them (GOOGLE_API_KEY is read
+// before GEMINI_API_KEY; GOOGLE_GENAI_USE_VERTEXAI and _USE_GCA switch
+// to Google's own endpoints).
+var reservedEnv = []string{"REPRONET_", "OPENAI_", "ANTHROPIC_", "GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL",
+	"GOOGLE_API_KEY", "GOOGLE_GENAI_", "GOOGLE_VERTEX_"}
 
 // MaxEnv bounds an evaluation's agent environment.
 const MaxEnv = 64

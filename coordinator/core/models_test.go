@@ -71,3 +71,26 @@ func TestStepModelUnavailable(t *testing.T) {
 		t.Fatalf("the node was charged: before %+v, after %+v", before, after)
 	}
 }
+
+// TestJobImageFixedAtQueue: the image a job runs is the agent's image as
+// it was when the work was queued; pushing the agent again changes it for
+// new evaluations only, so that a node given the old image is judged
+// against the old image (issue 24: a re-push made honest nodes liars).
+func TestJobImageFixedAtQueue(t *testing.T) {
+	h, a := oneJob(t)
+	h.cat.agents["agent"] = AgentInfo{CID: "bafyagent-v2", Size: 1 << 20}
+	j, ok := h.s.JobOf(a.ID)
+	if !ok || j.ImageCID != "bafyagent" {
+		t.Fatalf("the queued job runs %q, want the image it was queued with (bafyagent)", j.ImageCID)
+	}
+	h.evaluate(Evaluation{Suite: "one", Agent: "agent", Levels: []string{"easy"}, Replicas: 1, ID: "ev-2"})
+	var newer *Attempt
+	for _, x := range h.s.Attempts {
+		if x.Eval == "ev-2" {
+			newer = x
+		}
+	}
+	if j, _ := h.s.JobOf(newer.ID); j.ImageCID != "bafyagent-v2" {
+		t.Fatalf("a new evaluation runs %q, want the pushed image bafyagent-v2", j.ImageCID)
+	}
+}

@@ -402,8 +402,12 @@ type Job struct {
 	// Earlier holds the counted outputs of the earlier stages of its
 	// pipeline, by stage name and output path (CIDs).
 	Earlier map[string]map[string]string
-	// Image is the agent (or image) its stage runs.
-	Image string
+	// Image is the agent (or image) its stage runs; ImageCID the content
+	// of that image as it was when the work was queued ("": the catalog's
+	// current one): the job a node is given is the job its report is
+	// judged against, whatever was pushed since.
+	Image    string
+	ImageCID string
 	// Repro is its check, for a capsule run.
 	Repro *ReproRecord
 }
@@ -428,6 +432,9 @@ func (s *State) JobOf(id string) (Job, bool) {
 				j.Earlier[st.Name] = outs
 			}
 		}
+	}
+	if w := s.Book.Attempts[a.Unit]; w != nil {
+		j.ImageCID = w.Work.ImageCID
 	}
 	if r := s.Repros[a.Repro]; r != nil && a.Kind == KindCapsuleRun {
 		rc := *r

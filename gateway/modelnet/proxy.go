@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -24,6 +25,20 @@ var forwarded = map[string]string{
 	"/v1/chat/completions": http.MethodPost,
 	"/v1/messages":         http.MethodPost,
 	"/v1/models":           http.MethodGet,
+}
+
+// geminiMethod is the method of a Gemini path: GET for the model list
+// (/v1beta/models) and a model (/v1beta/models/{model}), POST for a
+// model's methods (/v1beta/models/{model}:generateContent …).
+func geminiMethod(path string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, "/v1beta/models")
+	switch {
+	case !ok || (rest != "" && rest[0] != '/'):
+		return "", false
+	case strings.Contains(rest, ":"):
+		return http.MethodPost, true
+	}
+	return http.MethodGet, true
 }
 
 // ProxyOptions configure a Proxy.
@@ -53,7 +68,7 @@ const ChainHeader = "Repronet-Chain"
 
 // Proxy is the node-side listener: agents in sandboxes call it as their
 // model endpoint (OPENAI_BASE_URL is its URL + "/v1", ANTHROPIC_BASE_URL
-// its URL), and it forwards each call over a Protocol stream to the
+// and GOOGLE_GEMINI_BASE_URL its URL), and it forwards each call over a Protocol stream to the
 // gateway's host.
 type Proxy struct {
 	srv *httpserve.Server
@@ -109,7 +124,10 @@ func StartProxy(ctx context.Context, h host.Host, gateway peer.ID, addr string, 
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		method, ok := forwarded[r.URL.Path]
 		if !ok {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no model endpoint %s here (use /v1/chat/completions or /v1/messages)", r.URL.Path))
+			method, ok = geminiMethod(r.URL.Path)
+		}
+		if !ok {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no model endpoint %s here (use /v1/chat/completions, /v1/messages or /v1beta/models/{model}:generateContent)", r.URL.Path))
 			return
 		}
 		if r.Method != method {

@@ -1,7 +1,10 @@
 // Package modelsim is a scripted model server speaking OpenAI's chat
 // completions (POST /v1/chat/completions, streaming or not, with tool
-// calls, usage and top logprobs) and Anthropic's Messages API (POST
-// /v1/messages, streaming or not, with tool use and usage). It stands in
+// calls, usage and top logprobs), Anthropic's Messages API (POST
+// /v1/messages, streaming or not, with tool use and usage) and Google's
+// Gemini API (POST /v1beta/models/{model}:generateContent,
+// :streamGenerateContent?alt=sse and :countTokens, with function calls
+// and usage metadata, cached and thinking tokens included: gemini.go). It stands in
 // for every model provider in tests, benchmarks and the demo; nothing in
 // repronet calls a real provider in a test.
 //
@@ -34,7 +37,8 @@ import (
 // Options configure a Server.
 type Options struct {
 	// APIKey, when set, is the key every request must present
-	// (Authorization: Bearer for OpenAI, x-api-key for Anthropic). A
+	// (Authorization: Bearer for OpenAI, x-api-key for Anthropic,
+	// x-goog-api-key or ?key= for Gemini). A
 	// wrong key is answered 401 with the key presented echoed in the
 	// message, as the worst provider would.
 	APIKey string
@@ -162,11 +166,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 
 	var api string
-	switch r.URL.Path {
-	case "/v1/chat/completions":
+	gmModel, gmMethod, isGemini := geminiPath(r.URL.Path)
+	switch {
+	case r.URL.Path == "/v1/chat/completions":
 		api = "openai"
-	case "/v1/messages":
+	case r.URL.Path == "/v1/messages":
 		api = "anthropic"
+	case isGemini:
+		api = "gemini"
 	default:
 		http.Error(w, "modelsim: no such endpoint: "+r.URL.Path, http.StatusNotFound)
 		return
@@ -181,8 +188,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.opts.APIKey != "" {
 		got := r.Header.Get("x-api-key")
-		if api == "openai" {
+		switch api {
+		case "openai":
 			got = bearer(r.Header.Get("Authorization"))
+		case "gemini":
+			got = geminiKey(r)
 		}
 		if got != s.opts.APIKey {
 			writeError(w, api, http.StatusUnauthorized, "Incorrect API key provided: "+got)
@@ -190,8 +200,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	parse := ParseOpenAI
-	if api == "anthropic" {
+	switch api {
+	case "anthropic":
 		parse = ParseAnthropic
+	case "gemini":
+		if gmMethod == "countTokens" {
+			serveGeminiCount(w, body)
+			return
+		}
+		parse = func(b []byte) (Request, error) { return ParseGemini(b, gmModel, gmMethod == "streamGenerateContent") }
 	}
 	req, err := parse(body)
 	if err != nil {
@@ -209,10 +226,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p := planReply(reply, req)
 	id := replyID(body)
-	if api == "openai" {
+	switch api {
+	case "openai":
 		s.serveOpenAI(w, r.Context(), req, reply, p, id)
-	} else {
+	case "anthropic":
 		s.serveAnthropic(w, r.Context(), req, reply, p, id)
+	default:
+		s.serveGemini(w, r.Context(), req, reply, p, id)
 	}
 }
 

@@ -312,6 +312,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // writeError answers in the API's error format.
 func writeError(w http.ResponseWriter, api string, status int, msg string) {
+	if api == "gemini" {
+		writeJSON(w, status, map[string]any{"error": map[string]any{"code": status, "message": msg, "status": geminiStatus(status)}})
+		return
+	}
 	if api == "anthropic" {
 		typ := "api_error"
 		switch status {

@@ -32,7 +32,7 @@ type Cond struct {
 	Turn int `json:"turn,omitempty"`
 	// Model is the model the request names.
 	Model string `json:"model,omitempty"`
-	// API is "openai" or "anthropic".
+	// API is "openai", "anthropic" or "gemini".
 	API string `json:"api,omitempty"`
 	// LastRole is the role of the last message: system, user, assistant
 	// or tool (a tool result, in either API).
@@ -105,12 +105,15 @@ type ToolCall struct {
 
 // Usage are token counts. Prompt counts every input token, cached ones
 // included (OpenAI's prompt_tokens); Cached are read from the cache,
-// CacheWrite written to it (Anthropic only).
+// CacheWrite written to it (Anthropic only); Thoughts are thinking
+// tokens reported beside the completion (Gemini's thoughtsTokenCount,
+// within maxOutputTokens with the completion).
 type Usage struct {
 	Prompt     int64 `json:"prompt,omitempty"`
 	Completion int64 `json:"completion,omitempty"`
 	Cached     int64 `json:"cached,omitempty"`
 	CacheWrite int64 `json:"cache_write,omitempty"`
+	Thoughts   int64 `json:"thoughts,omitempty"`
 }
 
 // Logprob is a token and its log probability.
@@ -120,7 +123,7 @@ type Logprob struct {
 }
 
 // Message is one message of a conversation as the script sees it, the
-// same for both APIs.
+// same for every API.
 type Message struct {
 	// Role is system, user, assistant or tool (a tool result).
 	Role string
@@ -134,7 +137,7 @@ type Message struct {
 
 // Request is a request as the script sees it.
 type Request struct {
-	API      string // "openai" or "anthropic"
+	API      string // "openai", "anthropic" or "gemini"
 	Model    string
 	Messages []Message
 	Tools    []string // names of the tools offered

@@ -72,13 +72,19 @@ func epoch() time.Time { return time.Unix(0, 0).UTC() }
 // by the latter. Parent directories missing from files are added (0755, root).
 // The compressed layer is held in memory while the tarball is written.
 func Build(w io.Writer, ref string, files []File, cfg Config) (digest.Digest, error) {
-	fullRef, err := FullRef(ref)
-	if err != nil {
-		return "", err
-	}
 	layerTar, err := layerTarball(files)
 	if err != nil {
 		return "", fmt.Errorf("build layer: %w", err)
+	}
+	return BuildFromLayer(w, ref, layerTar, cfg)
+}
+
+// BuildFromLayer is Build for a layer given as an uncompressed tar, as it
+// is (its entries are not checked: Check does that).
+func BuildFromLayer(w io.Writer, ref string, layerTar []byte, cfg Config) (digest.Digest, error) {
+	fullRef, err := FullRef(ref)
+	if err != nil {
+		return "", err
 	}
 	diffID := digest.FromBytes(layerTar)
 	var gz bytes.Buffer

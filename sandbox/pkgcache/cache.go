@@ -6,9 +6,15 @@
 //
 // A file is stored only when it was received whole, with status 200 and
 // no content encoding, from a host on the node's list of cacheable hosts
-// (Config.Hosts), and — when an index the proxy passed gave its SHA-256
-// (a Debian Packages file, a PyPI simple page), or its name is its SHA-256
-// (Debian's indexes by hash) — only if it matches. HTTPS
+// (Config.Hosts), and only when it is verified: its name is its SHA-256
+// (Debian's indexes by hash), or an index the same attempt read (a Debian
+// Packages file, a PyPI simple page) gave its SHA-256, and it matches. A
+// stored file is served to an attempt only when an index that attempt
+// read gives the stored file's SHA-256 (or its name is its SHA-256); a
+// stored file that an attempt's index contradicts is dropped and fetched
+// again. So a bad mirror, or a man in the middle, that one attempt's
+// requests met can never give its bytes to another attempt: each gets only
+// what its own indexes (which its apt or pip checks) vouch for. HTTPS
 // goes through the proxy's CONNECT tunnels, which are never intercepted,
 // so it is never cached (see docs/sandbox.md for why the node points
 // agents at plain-HTTP mirrors instead of rewriting their URLs).
@@ -73,11 +79,12 @@ type Config struct {
 type Stats struct {
 	Hits, Misses   int64 // requests for cacheable files served from disk / passed on
 	Stored         int64 // files stored
-	Verified       int64 // of them, matched the SHA-256 an index gave
+	Verified       int64 // of them, matched the SHA-256 an index or their name gave (all of them)
 	Evicted        int64 // files removed for the quota
 	Mismatches     int64 // files not stored: their SHA-256 differs from their index's
+	Contradicted   int64 // stored files dropped: an attempt's index gave another SHA-256
 	Entries, Bytes int64 // what the cache holds now
-	Hashes         int64 // SHA-256 sums known from indexes
+	Hashes         int64 // SHA-256 sums learnt from attempts' indexes (a running count)
 }
 
 // Cache is a package cache on disk. It is safe for concurrent use.
@@ -92,7 +99,6 @@ type Cache struct {
 	entries map[string]*entry
 	lru     *list.List // of *entry, most recently used first
 	size    int64
-	hashes  map[string]string // canonical URL -> sha256 hex, from indexes
 	stats   Stats
 }
 
@@ -102,7 +108,7 @@ type entry struct {
 	Kind        Kind   `json:"kind"`
 	Size        int64  `json:"size"`
 	SHA256      string `json:"sha256"`
-	Verified    bool   `json:"verified"` // an index gave the sum and it matched
+	Verified    bool   `json:"verified"` // an index or its name gave the sum and it matched (always, since issue 24)
 	ContentType string `json:"content_type,omitempty"`
 	Stored      string `json:"stored"` // RFC 3339
 
@@ -121,7 +127,7 @@ func Open(cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("pkgcache: hosts: %w", err)
 	}
 	c := &Cache{dir: cfg.Dir, max: cfg.MaxBytes, hosts: hosts, maxHashes: cfg.MaxHashes, log: cfg.Logger,
-		entries: map[string]*entry{}, lru: list.New(), hashes: map[string]string{}}
+		entries: map[string]*entry{}, lru: list.New()}
 	if c.max <= 0 {
 		c.max = DefaultMaxBytes
 	}
@@ -223,7 +229,7 @@ func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.stats
-	s.Entries, s.Bytes, s.Hashes = int64(len(c.entries)), c.size, int64(len(c.hashes))
+	s.Entries, s.Bytes = int64(len(c.entries)), c.size
 	return s
 }
 
@@ -249,13 +255,29 @@ func (c *Cache) cacheableHost(u *url.URL) bool {
 // fetched; indexes pass through and are read for hashes; everything else
 // goes to next untouched. (egress.Config.Transport takes it.)
 func (c *Cache) Wrap(attempt string, next http.RoundTripper) http.RoundTripper {
-	return &transport{c: c, next: next, log: c.log.With("attempt", attempt)}
+	return &transport{c: c, next: next, log: c.log.With("attempt", attempt), hashes: map[string]string{}}
 }
 
+// transport is one attempt's: the hashes it knows are those of the
+// indexes this attempt read, never another's.
 type transport struct {
 	c    *Cache
 	next http.RoundTripper
 	log  *slog.Logger
+
+	mu     sync.Mutex
+	hashes map[string]string // canonical URL -> sha256 hex, from this attempt's indexes
+}
+
+// sum is the SHA-256 this attempt knows for key: the one its URL names,
+// else the one an index it read gave ("" when it knows none).
+func (t *transport) sum(u *url.URL, key string) string {
+	if n := NamedHash(u); n != "" {
+		return n
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.hashes[key]
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -267,7 +289,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// named by its hash, from disk.
 	index := func(resp *http.Response) *http.Response {
 		if IsIndex(u) && resp.StatusCode == http.StatusOK && identity(resp) {
-			resp.Body = &indexReader{ReadCloser: resp.Body, c: c, u: u, ctype: resp.Header.Get("Content-Type")}
+			resp.Body = &indexReader{ReadCloser: resp.Body, t: t, u: u, ctype: resp.Header.Get("Content-Type")}
 		}
 		return resp
 	}
@@ -280,7 +302,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return index(resp), nil
 	}
 	key := canonical(u)
-	if resp := c.serve(req, key); resp != nil {
+	want := t.sum(u, key)
+	if resp := c.serve(req, key, want, t.log); resp != nil {
 		return index(resp), nil
 	}
 	resp, err := t.next.RoundTrip(req)
@@ -296,7 +319,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.log.Warn("pkgcache: cannot store a download", "url", key, "err", err)
 		return index(resp), nil
 	}
-	resp.Body = &fill{ReadCloser: resp.Body, c: c, f: f, h: sha256.New(), key: key, kind: kind, named: NamedHash(u),
+	resp.Body = &fill{ReadCloser: resp.Body, c: c, f: f, h: sha256.New(), key: key, kind: kind, sum: want,
 		want: resp.ContentLength, ctype: resp.Header.Get("Content-Type"), log: t.log}
 	return index(resp), nil
 }
@@ -307,11 +330,19 @@ func identity(resp *http.Response) bool {
 	return ce == "" || ce == "identity"
 }
 
-// serve answers req from the stored file of key, or returns nil (a miss).
-func (c *Cache) serve(req *http.Request, key string) *http.Response {
+// serve answers req from the stored file of key when the requesting
+// attempt knows its SHA-256 (want) and it is the stored file's; a stored
+// file that want contradicts is dropped. It returns nil for a miss.
+func (c *Cache) serve(req *http.Request, key, want string, log *slog.Logger) *http.Response {
 	c.mu.Lock()
 	e, ok := c.entries[key]
-	if !ok {
+	if ok && want != "" && e.SHA256 != want {
+		log.Warn("pkgcache: a stored file contradicts the attempt's index; dropped", "url", key, "sha256", e.SHA256, "index_sha256", want)
+		c.drop(e)
+		c.stats.Contradicted++
+		ok = false
+	}
+	if !ok || want == "" {
 		c.stats.Misses++
 		c.mu.Unlock()
 		return nil
@@ -351,7 +382,7 @@ type fill struct {
 	n     int64
 	key   string
 	kind  Kind
-	named string // the SHA-256 the URL names (KindByHash), or ""
+	sum   string // the SHA-256 the attempt knows for it (its name, or its index), or ""
 	want  int64  // Content-Length, or -1
 	ctype string
 	log   *slog.Logger
@@ -402,24 +433,23 @@ func (fl *fill) commit() {
 	}
 	sum := hex.EncodeToString(fl.h.Sum(nil))
 	c := fl.c
-	c.mu.Lock()
-	want, known := c.hashes[fl.key]
-	if fl.named != "" {
-		want, known = fl.named, true
+	if fl.sum == "" {
+		return // nothing vouches for these bytes: passed on, never stored
 	}
+	c.mu.Lock()
 	_, have := c.entries[fl.key]
-	if known && want != sum {
+	if fl.sum != sum {
 		c.stats.Mismatches++
 	}
 	c.mu.Unlock()
-	if known && want != sum {
-		fl.log.Warn("pkgcache: download does not match its index; not stored", "url", fl.key, "sha256", sum, "index_sha256", want)
+	if fl.sum != sum {
+		fl.log.Warn("pkgcache: download does not match its index; not stored", "url", fl.key, "sha256", sum, "index_sha256", fl.sum)
 		return
 	}
 	if have {
 		return // another attempt stored it meanwhile
 	}
-	e := &entry{URL: fl.key, Kind: fl.kind, Size: fl.n, SHA256: sum, Verified: known, ContentType: fl.ctype,
+	e := &entry{URL: fl.key, Kind: fl.kind, Size: fl.n, SHA256: sum, Verified: true, ContentType: fl.ctype,
 		Stored: time.Now().UTC().Format(time.RFC3339)}
 	if err := fl.store(e); err != nil {
 		fl.log.Warn("pkgcache: cannot store a download", "url", fl.key, "err", err)
@@ -481,16 +511,20 @@ func (c *Cache) evict() {
 		if back == nil {
 			return
 		}
-		e := back.Value.(*entry)
-		c.lru.Remove(back)
-		delete(c.entries, e.URL)
-		c.size -= e.Size
+		c.drop(back.Value.(*entry))
 		c.stats.Evicted++
-		p := c.objPath(e.URL)
-		// A reader of the file keeps it until it closes it.
-		if err := errors.Join(os.Remove(p+".json"), os.Remove(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			c.log.Warn("pkgcache: evict", "url", e.URL, "err", err)
-		}
+	}
+}
+
+// drop removes a stored file and its record; c.mu is held.
+func (c *Cache) drop(e *entry) {
+	c.lru.Remove(e.elem)
+	delete(c.entries, e.URL)
+	c.size -= e.Size
+	p := c.objPath(e.URL)
+	// A reader of the file keeps it until it closes it.
+	if err := errors.Join(os.Remove(p+".json"), os.Remove(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		c.log.Warn("pkgcache: drop", "url", e.URL, "err", err)
 	}
 }
 
@@ -498,7 +532,7 @@ func (c *Cache) evict() {
 // end.
 type indexReader struct {
 	io.ReadCloser
-	c     *Cache
+	t     *transport
 	u     *url.URL
 	ctype string
 	buf   []byte
@@ -517,28 +551,33 @@ func (r *indexReader) Read(p []byte) (int, error) {
 	}
 	if err == io.EOF && !r.over && !r.done {
 		r.done = true
-		r.c.learn(ParseIndex(r.u, r.ctype, r.buf))
+		r.t.learn(ParseIndex(r.u, r.ctype, r.buf))
 		r.buf = nil
 	}
 	return n, err
 }
 
-// learn keeps sums read from an index.
-func (c *Cache) learn(sums map[string]string) {
+// learn keeps sums read from an index the attempt read.
+func (t *transport) learn(sums map[string]string) {
 	if len(sums) == 0 {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.hashes)+len(sums) > c.maxHashes {
-		c.log.Info("pkgcache: forgetting index hashes to stay under the bound", "known", len(c.hashes), "bound", c.maxHashes)
-		c.hashes = map[string]string{}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.hashes)+len(sums) > t.c.maxHashes {
+		t.log.Info("pkgcache: forgetting index hashes to stay under the bound", "known", len(t.hashes), "bound", t.c.maxHashes)
+		t.hashes = map[string]string{}
 	}
+	n := 0
 	for k, v := range sums {
 		u, err := url.Parse(k)
 		if err != nil {
 			continue
 		}
-		c.hashes[canonical(u)] = v
+		t.hashes[canonical(u)] = v
+		n++
 	}
+	t.c.mu.Lock()
+	t.c.stats.Hashes += int64(n)
+	t.c.mu.Unlock()
 }

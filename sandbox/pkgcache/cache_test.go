@@ -145,13 +145,15 @@ func (u *upstream) count(p string) int {
 }
 
 // client is an HTTP client whose requests to any host reach the upstream
-// through the cache.
-func client(c *Cache, up *upstream) *http.Client {
+// through the cache, as one attempt's.
+func client(c *Cache, up *upstream) *http.Client { return attemptClient(c, up, "attempt") }
+
+func attemptClient(c *Cache, up *upstream, attempt string) *http.Client {
 	addr := up.srv.Listener.Addr().String()
 	next := &http.Transport{DisableCompression: true, DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
 	}}
-	return &http.Client{Transport: c.Wrap("attempt", next)}
+	return &http.Client{Transport: c.Wrap(attempt, next)}
 }
 
 func fetch(t *testing.T, cl *http.Client, raw string) []byte {
@@ -209,24 +211,25 @@ func TestCache(t *testing.T) {
 			}
 		}
 	}
-	// Served once each from upstream, then from disk; the file whose bytes
-	// differ from its index's hash, and the encoded one, every time.
-	for p, want := range map[string]int{debPath: 1, whlPath: 1, badPath: 2, gzPath: 2} {
+	// The file its index vouches for is served once from upstream, then
+	// from disk; the one no index names (nothing vouches for it), the one
+	// whose bytes differ from its index's hash, and the encoded one, every
+	// time.
+	for p, want := range map[string]int{debPath: 1, whlPath: 2, badPath: 2, gzPath: 2} {
 		if got := up.count(p); got != want {
 			t.Errorf("%s fetched upstream %d times, want %d", p, got, want)
 		}
 	}
 	st := c.Stats()
-	if st.Hits != 2 || st.Stored != 2 || st.Verified != 1 || st.Mismatches != 2 || st.Entries != 2 || st.Bytes != int64(len(deb)+len(whl)) {
+	if st.Hits != 1 || st.Stored != 1 || st.Verified != 1 || st.Mismatches != 2 || st.Entries != 1 || st.Bytes != int64(len(deb)) {
 		t.Fatalf("stats %+v", st)
 	}
 	rec, err := os.ReadFile(c.objPath("http://deb.test/debian/pool/main/h/hello/hello_1.0_all.deb") + ".json")
 	if err != nil || !strings.Contains(string(rec), `"verified":true`) {
 		t.Fatalf("deb record %s %v; want verified", rec, err)
 	}
-	rec, err = os.ReadFile(c.objPath("http://pypi.test"+whlPath) + ".json")
-	if err != nil || !strings.Contains(string(rec), `"verified":false`) {
-		t.Fatalf("wheel record %s %v; want unverified (no index listed it)", rec, err)
+	if _, err := os.Stat(c.objPath("http://pypi.test" + whlPath)); !os.IsNotExist(err) {
+		t.Fatalf("the wheel no index named was stored: %v", err)
 	}
 
 	// Not cached: a host off the node's list, a query, a Range request.
@@ -252,9 +255,12 @@ func TestCache(t *testing.T) {
 		t.Fatalf("escaped '+': fetched %d times upstream, stats %+v; want once, verified", up.count(plusPath), st)
 	}
 
-	// A reopened cache (the node restarted) still serves what it held.
+	// A reopened cache (the node restarted) still serves what it held, to
+	// an attempt whose index vouches for it.
 	c2 := open(t, dir, 1<<20)
-	fetch(t, client(c2, up), "http://deb.test"+debPath)
+	cl2 := client(c2, up)
+	fetch(t, cl2, "http://deb.test/debian/dists/test/main/binary-amd64/Packages.gz")
+	fetch(t, cl2, "http://deb.test"+debPath)
 	if up.count(debPath) != 1 || c2.Stats().Hits != 1 {
 		t.Fatalf("after reopening: upstream %d, stats %+v", up.count(debPath), c2.Stats())
 	}
@@ -266,9 +272,16 @@ func TestCacheQuotaAndAbandon(t *testing.T) {
 	c := open(t, dir, 40000) // 10 KB files: four fit; a file over 10 KB is not stored
 	cl := client(c, up)
 	name := func(i int) string { return fmt.Sprintf("/packages/p/p%d-1.0-py3-none-any.whl", i) }
-	for i := range 6 {
+	var page strings.Builder
+	for i := range 10 {
 		up.files[name(i)] = bytes.Repeat([]byte{byte('a' + i)}, 10000)
+		if i == 9 {
+			up.files[name(i)] = bytes.Repeat([]byte("z"), 10001)
+		}
+		fmt.Fprintf(&page, `<a href="%s#sha256=%s">p%d</a>`, name(i), sha(up.files[name(i)]), i)
 	}
+	up.files["/simple/p/"] = []byte(page.String())
+	fetch(t, cl, "http://pypi.test/simple/p/")  // the attempt's index vouches for them all
 	for _, i := range []int{0, 1, 2, 3, 0, 4} { // 0 used again: 1 is the oldest when 4 arrives
 		fetch(t, cl, "http://pypi.test"+name(i))
 	}
@@ -282,7 +295,6 @@ func TestCacheQuotaAndAbandon(t *testing.T) {
 		t.Fatalf("evicted the wrong file: p1 fetched %d times, p0 %d", up.count(name(1)), up.count(name(0)))
 	}
 	// Too large for a quarter of the quota: passed on, not stored.
-	up.files[name(9)] = bytes.Repeat([]byte("z"), 10001)
 	fetch(t, cl, "http://pypi.test"+name(9))
 	fetch(t, cl, "http://pypi.test"+name(9))
 	if up.count(name(9)) != 2 {
@@ -352,5 +364,51 @@ func TestCacheByHash(t *testing.T) {
 	if st := c2.Stats(); up.count(byHash) != 1 || st.Hits != 1 || st.Hashes != 1 || st.Verified != 1 {
 		t.Fatalf("reopened: upstream saw the index %d times, stats %+v; want the index from disk and the package verified by it",
 			up.count(byHash), st)
+	}
+}
+
+// TestCacheAttemptsApart: what one attempt's requests met (a bad mirror,
+// a man in the middle) never reaches another attempt. An attempt is
+// served a stored file only when its own index vouches for the stored
+// bytes; a stored file its index contradicts is dropped and fetched
+// again; an attempt that read no index gets nothing from the cache.
+func TestCacheAttemptsApart(t *testing.T) {
+	good := bytes.Repeat([]byte("good"), 1000)
+	evil := bytes.Repeat([]byte("evil"), 1000)
+	debPath := "/debian/pool/main/h/hello/hello_1.0_all.deb"
+	indexPath := "/debian/dists/test/main/binary-amd64/Packages"
+	indexOf := func(b []byte) []byte {
+		return []byte("Package: hello\nFilename: pool/main/h/hello/hello_1.0_all.deb\nSHA256: " + sha(b) + "\n")
+	}
+	bad, honest := newUpstream(t), newUpstream(t)
+	bad.files[indexPath], bad.files[debPath] = indexOf(evil), evil
+	honest.files[indexPath], honest.files[debPath] = indexOf(good), good
+	c := open(t, t.TempDir(), 1<<20)
+
+	// The attacker's attempt meets the bad mirror: its index and bytes agree.
+	a := attemptClient(c, bad, "attacker")
+	fetch(t, a, "http://deb.test"+indexPath)
+	if got := fetch(t, a, "http://deb.test"+debPath); !bytes.Equal(got, evil) || c.Stats().Stored != 1 {
+		t.Fatalf("setup: the attacker's attempt did not store its bytes (%+v)", c.Stats())
+	}
+	// An attempt that read no index is not served what is stored.
+	if got := fetch(t, attemptClient(c, honest, "no-index"), "http://deb.test"+debPath); !bytes.Equal(got, good) {
+		t.Fatal("an attempt without an index was served the stored bytes")
+	}
+	// The victim's index contradicts the stored file: dropped, fetched
+	// from its mirror, stored as its index says.
+	v := attemptClient(c, honest, "victim")
+	fetch(t, v, "http://deb.test"+indexPath)
+	if got := fetch(t, v, "http://deb.test"+debPath); !bytes.Equal(got, good) {
+		t.Fatal("the victim was served the attacker's bytes")
+	}
+	st := c.Stats()
+	if st.Contradicted != 1 || st.Stored != 2 || st.Entries != 1 || honest.count(debPath) != 2 {
+		t.Fatalf("stats %+v, honest mirror asked %d times", st, honest.count(debPath))
+	}
+	// And the attacker's attempt is not served the victim's bytes either:
+	// its index says otherwise.
+	if got := fetch(t, a, "http://deb.test"+debPath); !bytes.Equal(got, evil) {
+		t.Fatal("the attacker's attempt got bytes its index does not vouch for")
 	}
 }
