@@ -35,6 +35,8 @@ type cliCase struct {
 	// scripted server's.
 	baseURL func(sim string) string
 	script  func() (modelsim.Script, error)
+	// usage is what each scripted reply reports.
+	usage modelsim.Usage
 	// calls is how many model calls one attempt makes.
 	calls int64
 	// envKey is the variable whose value, the attempt's token, the
@@ -60,7 +62,16 @@ var cliPrice = gateway.PriceUSD{Input: 3, Output: 15, CachedInput: 0.3, CacheWri
 // configured by a TOML file (--config), as a user runs it.
 func TestClaudeCodeThroughGateway(t *testing.T) {
 	runCLIAgent(t, cliCase{agent: "claude-code", model: "scripted-claude", api: gateway.APIAnthropic,
-		baseURL: func(sim string) string { return sim }, script: clisim.Claude, calls: 3, envKey: "ANTHROPIC_API_KEY"})
+		baseURL: func(sim string) string { return sim }, script: clisim.Claude, usage: clisim.UsageAnthropic, calls: 3, envKey: "ANTHROPIC_API_KEY"})
+}
+
+// TestGeminiCLIThroughGateway is the same for Gemini CLI (the real
+// @google/gemini-cli package, `gemini -p --yolo`): Gemini's
+// streamGenerateContent through the gateway, its run_shell_command and
+// write_file tools, cached and thinking tokens priced.
+func TestGeminiCLIThroughGateway(t *testing.T) {
+	runCLIAgent(t, cliCase{agent: "gemini-cli", model: "scripted-gemini", api: gateway.APIGemini,
+		baseURL: func(sim string) string { return sim }, script: clisim.Gemini, usage: clisim.UsageGemini, calls: 3, envKey: "GEMINI_API_KEY"})
 }
 
 func runCLIAgent(t *testing.T, c cliCase) {
@@ -167,9 +178,10 @@ price = { input = %g, output = %g, cached_input = %g, cache_write = %g }
 	t.Logf("%d attempts decided in %v", len(atts), time.Since(start).Round(time.Millisecond))
 
 	// Every run right, at the scripted usage times the price table.
-	u := clisim.Usage
+	u := c.usage
+	output := u.Completion + u.Thoughts // thinking is billed as output
 	callUSD := (float64(u.Prompt-u.Cached-u.CacheWrite)*cliPrice.Input + float64(u.Cached)*cliPrice.CachedInput +
-		float64(u.CacheWrite)*cliPrice.CacheWrite + float64(u.Completion)*cliPrice.Output) / 1e6
+		float64(u.CacheWrite)*cliPrice.CacheWrite + float64(output)*cliPrice.Output) / 1e6
 	var runs, recorded, replays, verified int
 	levels := map[string]int{}
 	for _, at := range atts {
@@ -198,9 +210,9 @@ price = { input = %g, output = %g, cached_input = %g, cache_write = %g }
 		}
 		want := float64(c.calls) * callUSD
 		if m := at.Model; m == nil || int64(m.Calls) != c.calls || fmt.Sprintf("%.7f", m.CostUSD) != fmt.Sprintf("%.7f", want) ||
-			m.InputTokens != c.calls*u.Prompt || m.OutputTokens != c.calls*u.Completion {
+			m.InputTokens != c.calls*u.Prompt || m.OutputTokens != c.calls*output {
 			t.Fatalf("attempt %s (%s %s): model use %+v, want %d calls, $%.7f, tokens %d/%d", at.ID, at.TaskID, at.Level, m,
-				c.calls, want, c.calls*u.Prompt, c.calls*u.Completion)
+				c.calls, want, c.calls*u.Prompt, c.calls*output)
 		}
 
 		// Every call is in the trajectory, the provider's key in none, nor

@@ -240,6 +240,8 @@ func RequestMessages(api string, body []byte) ([]Message, error) {
 			out = append(out, ms...)
 		}
 		return out, nil
+	case APIGeminiGenerate:
+		return geminiRequestMessages(body)
 	}
 	return nil, fmt.Errorf("unknown API %q", api)
 }
@@ -280,6 +282,8 @@ func ResponseMessage(api string, body []byte) (Message, error) {
 		}
 		ms[0].Role = RoleAssistant
 		return ms[0], nil
+	case APIGeminiGenerate:
+		return geminiResponseMessage(body)
 	}
 	return Message{}, fmt.Errorf("unknown API %q", api)
 }

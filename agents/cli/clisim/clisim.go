@@ -7,8 +7,8 @@
 // its code when the level emptied them), then, once a tool result holds a
 // line of the capsule's results as the capsule computes them, write
 // report.json with that task's answers, then say it is done. Every reply
-// reports the same usage, so a run's cost is its number of calls times
-// one call's price.
+// of a script reports the same usage, so a run's cost is its number of
+// calls times one call's price.
 //
 // It is for tests and the demo; it owns only the scripts. The command and
 // the answers come from the reference agent's script (internal/demo's
@@ -24,10 +24,14 @@ import (
 	"github.com/repronet/repronet/internal/modelsim"
 )
 
-// Usage is what every scripted reply reports: fresh input, cache reads
-// and cache writes (Anthropic's three input counts; OpenAI's cached
-// prompt tokens), and output.
-var Usage = modelsim.Usage{Prompt: 1500, Completion: 90, Cached: 600, CacheWrite: 300}
+// What every scripted reply reports, by API: the input (cache reads and,
+// Anthropic's, cache writes included) and the output (Gemini's thoughts
+// beside it, billed as output).
+var (
+	UsageAnthropic = modelsim.Usage{Prompt: 1500, Completion: 90, Cached: 600, CacheWrite: 300}
+	UsageGemini    = modelsim.Usage{Prompt: 1500, Completion: 90, Cached: 600, Thoughts: 40}
+	UsageOpenAI    = modelsim.Usage{Prompt: 1500, Completion: 90, Cached: 600}
+)
 
 // ReportPath is where the agents write their answers (CORE-Bench's
 // working folder is /workspace).
@@ -111,18 +115,70 @@ func Claude() (modelsim.Script, error) {
 			return modelsim.Script{}, err
 		}
 		s.Rules = append(s.Rules, modelsim.Rule{When: modelsim.Cond{API: "anthropic", ToolResultContains: t.line},
-			Reply: modelsim.Reply{Usage: Usage, Content: "The results are in; I write the report.",
+			Reply: modelsim.Reply{Usage: UsageAnthropic, Content: "The results are in; I write the report.",
 				ToolCalls: []modelsim.ToolCall{{ID: fmt.Sprintf("toolu_write_%d", i), Name: "Write",
 					Arguments: args(map[string]string{"file_path": ReportPath, "content": body})}}}})
 	}
 	s.Rules = append(s.Rules,
 		modelsim.Rule{When: modelsim.Cond{API: "anthropic", ToolOffered: "Write", ToolResultContains: "report.json"},
-			Reply: modelsim.Reply{Usage: Usage, Content: Done}},
+			Reply: modelsim.Reply{Usage: UsageAnthropic, Content: Done}},
 		modelsim.Rule{When: modelsim.Cond{API: "anthropic", ToolOffered: "Bash", Turn: 1},
-			Reply: modelsim.Reply{Usage: Usage, Content: "I look at the capsule's results.",
+			Reply: modelsim.Reply{Usage: UsageAnthropic, Content: "I look at the capsule's results.",
 				ToolCalls: []modelsim.ToolCall{{ID: "toolu_bash_1", Name: "Bash",
 					Arguments: args(map[string]string{"command": command, "description": "Show the capsule's results"})}}}},
 	)
-	s.Default = &modelsim.Reply{Usage: Usage, Content: "Reading a capsule."}
+	s.Default = &modelsim.Reply{Usage: UsageAnthropic, Content: "Reading a capsule."}
+	return s, nil
+}
+
+// Gemini is the script for Gemini CLI (Gemini's generateContent):
+// run_shell_command, then write_file of report.json, then its last words.
+func Gemini() (modelsim.Script, error) {
+	return script("gemini", UsageGemini, plainCommand, "run_shell_command", func(command string) map[string]string {
+		return map[string]string{"command": command, "description": "Show the capsule's results"}
+	}, "write_file", func(body string) map[string]string {
+		return map[string]string{"file_path": ReportPath, "content": body}
+	}, "report.json")
+}
+
+// plainCommand is the reference agent's first command without command
+// substitution, which Gemini CLI's run_shell_command refuses ("Blocked:
+// command substitution detected"): the model's endpoint variables, then
+// the capsule's results, regenerated when the level emptied them.
+const plainCommand = `env | grep -E '^(OPENAI|ANTHROPIC|GEMINI|GOOGLE_GEMINI)_' | sort
+ls -A /results | grep -q . || { cd /code && if [ -f run ]; then sh run; else sed -n 's/^Entry point: .\(.*\).$/\1/p' README.md | head -n 1 | sh; fi; }
+for f in /results/*; do echo "== $f"; cat "$f"; done`
+
+// script is the three-step script of an agent whose API is api, every
+// reply reporting usage: the shell
+// tool shell with shellArgs(command) (""; the reference agent's), then the file-writing tool write
+// with writeArgs(report) once a tool result holds a task's result line,
+// then Done once a tool result of write mentions written.
+func script(api string, usage modelsim.Usage, command, shell string, shellArgs func(string) map[string]string, write string, writeArgs func(string) map[string]string, written string) (modelsim.Script, error) {
+	reference, tasks, err := sample()
+	if err != nil {
+		return modelsim.Script{}, err
+	}
+	if command == "" {
+		command = reference
+	}
+	var s modelsim.Script
+	for i, t := range tasks {
+		body, err := report(t.answers)
+		if err != nil {
+			return modelsim.Script{}, err
+		}
+		s.Rules = append(s.Rules, modelsim.Rule{When: modelsim.Cond{API: api, ToolResultContains: t.line},
+			Reply: modelsim.Reply{Usage: usage, Content: "The results are in; I write the report.",
+				ToolCalls: []modelsim.ToolCall{{ID: fmt.Sprintf("call_write_%d", i), Name: write, Arguments: args(writeArgs(body))}}}})
+	}
+	s.Rules = append(s.Rules,
+		modelsim.Rule{When: modelsim.Cond{API: api, ToolOffered: write, ToolResultContains: written},
+			Reply: modelsim.Reply{Usage: usage, Content: Done}},
+		modelsim.Rule{When: modelsim.Cond{API: api, ToolOffered: shell, Turn: 1},
+			Reply: modelsim.Reply{Usage: usage, Content: "I look at the capsule's results.",
+				ToolCalls: []modelsim.ToolCall{{ID: "call_shell_1", Name: shell, Arguments: args(shellArgs(command))}}}},
+	)
+	s.Default = &modelsim.Reply{Usage: usage, Content: "Reading a capsule."}
 	return s, nil
 }

@@ -6,7 +6,8 @@
 # that GOOGLE_GEMINI_BASE_URL alone selects, and the API key type takes
 # the base URL from the same variable), trusts the working folder (else
 # --yolo is turned back to asking), turns off its telemetry and update
-# checks in ~/.gemini/settings.json, runs `gemini -p` unchanged on the
+# checks and leaves out its web tools (they call Google's own search and
+# URL tools, which the gateway refuses) in ~/.gemini/settings.json, runs `gemini -p` unchanged on the
 # task's prompt with the evaluation's MODEL, and exits with its status.
 set -euo pipefail
 : "${PROMPT_FILE:?PROMPT_FILE is not set}"
@@ -28,6 +29,7 @@ cat >"$HOME/.gemini/settings.json" <<JSON
   "privacy": {"usageStatisticsEnabled": false},
   "telemetry": {"enabled": false},
   "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": false}},
+  "tools": {"exclude": ["google_web_search", "web_fetch"]},
   "ui": {"hideBanner": true, "hideTips": true}
 }
 JSON
