@@ -111,7 +111,7 @@ func cmpOr(a, b string) string {
 // shows the model: the system instruction, then the contents.
 func geminiRequestMessages(body []byte) ([]Message, error) {
 	var r struct {
-		SystemInstruction *geminiContent `json:"systemInstruction"`
+		SystemInstruction *geminiContent  `json:"systemInstruction"`
 		Contents          []geminiContent `json:"contents"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil {
