@@ -15,6 +15,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ipfs/go-cid"
 
@@ -55,6 +56,10 @@ type ReproStatus struct {
 	// Report is the checker's, once every run is decided.
 	Report json.RawMessage `json:"report,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Waiting says why runs wait that no node in view can run (or that
+	// no node is in view), one line per reason (core/stuck.go): they end
+	// as unschedulable, with the reason, within the coordinator's bound.
+	Waiting []string `json:"waiting,omitempty"`
 }
 
 // States of a check.
@@ -266,12 +271,31 @@ func (c *Coordinator) capsuleRunResult(ctx context.Context, job core.Job) (cross
 func (c *Coordinator) ReproStatus(ctx context.Context, id string) (ReproStatus, error) {
 	c.mu.Lock()
 	v, ok := c.state.Repro(id)
+	var runIDs []string
+	for _, u := range v.Record.Units {
+		runIDs = append(runIDs, c.state.Units[u]...)
+	}
+	waiting := c.state.Waiting(runIDs, time.Now())
 	c.mu.Unlock()
 	if !ok {
 		return ReproStatus{}, fmt.Errorf("%w: %q", errNoRepro, id)
 	}
 	rec := v.Record
 	st := ReproStatus{ID: id, State: ReproQueued, RunsDone: v.Decided, RunsWanted: len(rec.Units), Report: rec.Report, Error: rec.Error}
+	for _, aid := range runIDs {
+		w, ok := waiting[aid]
+		if !ok || !(w.Blocked || w.InView == 0) {
+			continue
+		}
+		line := "run: " + w.Reason
+		if w.Blocked && !w.Deadline.IsZero() {
+			line += fmt.Sprintf(" (ends unschedulable at %s unless a node that can run it comes into view)",
+				w.Deadline.UTC().Truncate(time.Second).Format(time.RFC3339))
+		}
+		if !slices.Contains(st.Waiting, line) {
+			st.Waiting = append(st.Waiting, line)
+		}
+	}
 	if v.Started {
 		st.State = ReproRunning
 	}
@@ -297,6 +321,11 @@ func (c *Coordinator) ReproStatus(ctx context.Context, id string) (ReproStatus, 
 	runs := make([]bench.CheckRun, 0, len(v.Runs))
 	for _, ref := range v.Runs {
 		run := bench.CheckRun{Node: ref.Node, Outcome: ref.Outcome}
+		if ref.Attempt == "" && ref.Detail != "" {
+			// No report stands for it: say why (no node could run it, or
+			// infrastructure failed on every try).
+			run.Node, run.Outcome = "no node", ref.Outcome+": "+ref.Detail
+		}
 		if ref.Attempt != "" {
 			files, err := c.runFiles(ctx, rec.Check, ref.Outputs)
 			if err != nil {
@@ -309,6 +338,17 @@ func (c *Coordinator) ReproStatus(ctx context.Context, id string) (ReproStatus, 
 	ev := core.ReproJudged{ID: id}
 	report, err := c.cfg.Checker.Judge(rec.Check, runs, rec.Claimed)
 	if err != nil {
+		// Say why the runs that ran nowhere did not (no node could run
+		// them, or infrastructure failed on every try).
+		var why []string
+		for i, r := range runs {
+			if r.Node == "no node" {
+				why = append(why, fmt.Sprintf("run %d: %s", i+1, r.Outcome))
+			}
+		}
+		if len(why) > 0 {
+			err = fmt.Errorf("%w (%s)", err, strings.Join(why, "; "))
+		}
 		ev.Err, st.State, st.Error = err.Error(), ReproFailed, err.Error()
 	} else {
 		ev.Report, st.State, st.Report = report, ReproDone, report

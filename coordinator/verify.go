@@ -19,7 +19,8 @@ const maxBoundOutput = 1 << 20
 // bindToTrajectory checks a model-driven attempt's result against the
 // trajectory the gateway recorded (package verify): the chain head the
 // node signed is one the gateway gave for this attempt, no request
-// rewrote what the model was shown earlier, and every answer the attempt
+// rewrote what the model was shown earlier in its conversation (the
+// attempt's calls read as concurrent conversations), and every answer the attempt
 // returned is found in the model's outputs or in a tool result the agent
 // sent the gateway. The answers are read neutrally: the top-level fields
 // of every returned output that is a JSON object (CORE-Bench's
@@ -76,8 +77,10 @@ const judgePrefix = "judge:"
 
 // judge judges an attempt's reported replays (core.JudgeJob), outside
 // the lock: each replay's trajectory (its counted assignment's calls) is
-// compared with the recorded one, tool result by tool result, classed
-// with the attempt's answers (verify.Judge). It reports false when there
+// compared with the recorded one, tool result by tool result, each
+// replayed call paired with the recorded call the gateway gave it
+// (replay_of: by conversation, whatever order the agent's conversations
+// called in), classed with the attempt's answers (verify.Judge). It reports false when there
 // is nothing to judge (the attempt is gone or judged already).
 func (c *Coordinator) judge(ctx context.Context, id string) (core.Judged, bool) {
 	c.mu.Lock()

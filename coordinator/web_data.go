@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -196,6 +197,60 @@ func (c *Coordinator) attemptView(p accounts.Principal, a Attempt) dashboard.Att
 	return v
 }
 
+// waitingOf says why the unfinished attempts of ids wait, now.
+func (c *Coordinator) waitingOf(ids ...string) map[string]Waiting {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state.Waiting(ids, time.Now())
+}
+
+// waitingView is what p sees of why attempt a waits (w, if ok): a
+// submitter only why one waits that no node in view can run, or that no
+// node is in view, which holds alike whether it is queued or running
+// somewhere (core/stuck.go), so that it never tells a node watching its
+// group's attempts which of its jobs are real; the admin also why a
+// queued attempt waits otherwise.
+func waitingView(p accounts.Principal, a Attempt, w Waiting, ok bool) *dashboard.Waiting {
+	if !ok || !(w.Blocked || w.InView == 0 || (p.Scope == accounts.ScopeAdmin && a.State == StateQueued)) {
+		return nil
+	}
+	v := &dashboard.Waiting{Reason: w.Reason, Attempts: 1, Blocked: w.Blocked}
+	if !w.Since.IsZero() {
+		v.Since, v.Deadline = w.Since.UTC().Truncate(time.Second), w.Deadline.UTC().Truncate(time.Second)
+	}
+	return v
+}
+
+// waitingSummary groups the waiting views of attempts by reason, each
+// with the earliest Since and Deadline of its attempts, by reason.
+func waitingSummary(ws []*dashboard.Waiting) []dashboard.Waiting {
+	by := map[string]*dashboard.Waiting{}
+	for _, w := range ws {
+		if w == nil {
+			continue
+		}
+		s := by[w.Reason]
+		if s == nil {
+			cp := *w
+			cp.Attempts = 0
+			s = &cp
+			by[w.Reason] = s
+		}
+		s.Attempts++
+		if !w.Since.IsZero() && (s.Since.IsZero() || w.Since.Before(s.Since)) {
+			s.Since = w.Since
+		}
+		if !w.Deadline.IsZero() && (s.Deadline.IsZero() || w.Deadline.Before(s.Deadline)) {
+			s.Deadline = w.Deadline
+		}
+	}
+	var out []dashboard.Waiting
+	for _, r := range slices.Sorted(maps.Keys(by)) {
+		out = append(out, *by[r])
+	}
+	return out
+}
+
 // visibleAttempt returns the attempt ref names if p may see it: the admin
 // names any by ID or handle; a submitter names one of its group's by
 // handle only, and never sees a canary (whose group is the group of the
@@ -271,6 +326,8 @@ type evalState struct {
 	evals   []EvalRecord
 	byEval  map[string][]Attempt
 	decided map[string]bool
+	// waiting says why their unfinished attempts wait.
+	waiting map[string]Waiting
 }
 
 // readEvals reads the evaluations p may see (one: only), their attempts
@@ -285,16 +342,21 @@ func (c *Coordinator) readEvals(p accounts.Principal, only string) evalState {
 			st.byEval[e.ID] = nil
 		}
 	}
+	var unfinished []string
 	for _, a := range c.state.AttemptList(false) {
 		if _, ok := st.byEval[a.Eval]; !ok {
 			continue
 		}
 		st.byEval[a.Eval] = append(st.byEval[a.Eval], a)
+		if !finished(a.State) {
+			unfinished = append(unfinished, a.ID)
+		}
 		if _, seen := st.decided[a.Unit]; !seen && a.Unit != "" {
 			d, ok := c.state.Decision(a.Unit)
 			st.decided[a.Unit] = ok && d.State != crosscheck.Open
 		}
 	}
+	st.waiting = c.state.Waiting(unfinished, time.Now())
 	return st
 }
 
@@ -304,13 +366,18 @@ func evaluationView(p accounts.Principal, st evalState, e EvalRecord) dashboard.
 	v := dashboard.Evaluation{ID: e.ID, Suite: e.Suite, Agent: e.Agent, Group: e.Group, Levels: e.Levels, Runs: max(e.Runs, 1),
 		Replicas: e.Replicas, Priority: e.Priority, Env: e.Env, Models: e.Models, At: e.At.UTC().Truncate(time.Second),
 		Attempts: e.Attempts, Progress: progressOf(atts, func(u string) bool { return st.decided[u] }, p.Scope == accounts.ScopeAdmin)}
+	var ws []*dashboard.Waiting
 	for _, a := range atts {
 		if a.Model != nil && finished(a.State) {
 			v.CostUSD += a.Model.CostUSD
 			v.InputTokens += a.Model.InputTokens
 			v.OutputTokens += a.Model.OutputTokens
 		}
+		if w, ok := st.waiting[a.ID]; ok && (w.Blocked || w.InView == 0) {
+			ws = append(ws, waitingView(p, a, w, ok))
+		}
 	}
+	v.Waiting = waitingSummary(ws)
 	return v
 }
 
@@ -334,7 +401,10 @@ func (c *Coordinator) evaluationDetail(p accounts.Principal, id string) (dashboa
 	e := st.evals[0]
 	d := dashboard.EvaluationDetail{Evaluation: evaluationView(p, st, e)}
 	for _, a := range st.byEval[e.ID] {
-		d.Attempts = append(d.Attempts, c.attemptView(p, a))
+		v := c.attemptView(p, a)
+		w, ok := st.waiting[a.ID]
+		v.Waiting = waitingView(p, a, w, ok)
+		d.Attempts = append(d.Attempts, v)
 	}
 	entries, _, _ := c.boardEntries(p, e.Agent)
 	var mine []dashboard.Entry

@@ -79,6 +79,24 @@ type Evaluation struct {
 	CostUSD      float64 `json:"cost_usd"`
 	InputTokens  int64   `json:"input_tokens"`
 	OutputTokens int64   `json:"output_tokens"`
+	// Waiting says why its unfinished attempts that no node in view can
+	// run wait, one entry per reason (none: nothing is blocked).
+	Waiting []Waiting `json:"waiting,omitempty"`
+}
+
+// Waiting is why unfinished attempts wait although nothing moves: no node
+// in view can run them (their limits exceed every slot, no node serves
+// their suite or group, every node that could failed or declined them),
+// or no node is in view at all. Blocked ones end with outcome
+// "unschedulable" and the reason at Deadline unless a node that can run
+// them comes into view.
+type Waiting struct {
+	Reason   string `json:"reason"`
+	Attempts int    `json:"attempts"`
+	// Blocked: nodes are in view and none can run them.
+	Blocked  bool      `json:"blocked"`
+	Since    time.Time `json:"since,omitzero"`
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // EvaluationDetail is an evaluation with its attempts and its agent's
@@ -128,6 +146,9 @@ type Attempt struct {
 	// Verification is replay verification's word on its result (a
 	// model-driven attempt's, once scored).
 	Verification *Verification `json:"verification,omitempty"`
+	// Waiting says why it waits, while no node in view can run it (the
+	// admin: also why a queued one waits otherwise).
+	Waiting *Waiting `json:"waiting,omitempty"`
 
 	// Admin only.
 	Node          string `json:"node,omitempty"`

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -299,4 +300,155 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkResponsesOverhead measures what the gateway adds to an
+// OpenAI Responses API call (POST /v1/responses), side by side in one
+// run against the scripted model server, on the three paths of
+// BenchmarkGatewayOverhead (direct, gateway, node; memory recorder):
+//
+//   - p50 and p99 latency of a small non-streaming call, the paths
+//     interleaved call by call (goal: gateway - direct <= 2 ms at p50);
+//
+//   - throughput of 32 concurrent streams, each of 200 tokens paced at
+//     5 ms a token (200 tokens/s a stream, as fast as fast models
+//     stream), the paths taking turns round by round in a rotating
+//     order; the loss is the median over rounds of each round's rate
+//     against the direct rate of the same round (goal: at most 5%);
+//
+//   - the same with 32 unpaced streams of 2,000 tokens: the CPU-bound
+//     worst case, where every event costs the gateway a parse and a
+//     write on the machine the model server and the client share.
+//
+//     go test -run '^$' -bench ResponsesOverhead -benchtime 1x ./gateway/
+func BenchmarkResponsesOverhead(b *testing.B) {
+	const calls, streams, pacedRounds, fastRounds, pacedTokens, fastTokens = 400, 32, 9, 3, 200, 2000
+	script := modelsim.Script{Rules: []modelsim.Rule{
+		{When: modelsim.Cond{AnyContains: "paced stream"}, Reply: modelsim.Reply{Content: strings.Repeat("tok ", pacedTokens),
+			TokenDelay: 5 * time.Millisecond, Usage: modelsim.Usage{Prompt: 50}}},
+		{When: modelsim.Cond{AnyContains: "fast stream"}, Reply: modelsim.Reply{Content: strings.Repeat("tok ", fastTokens), Usage: modelsim.Usage{Prompt: 50}}},
+		{Reply: modelsim.Reply{Content: "The answer is 42.", Usage: modelsim.Usage{Prompt: 50, Cached: 20}}},
+	}}
+	n := newP2PNet(b, script)
+	nodeHost, proxy, _ := n.node(b, "at-1")
+	n.rig.node = nodeHost.ID()
+	tok := n.grant(b, "at-1", gateway.Unlimited, func(g *gateway.Grant) {
+		g.Budgets = gateway.Budgets{Attempt: gateway.Unlimited, Evaluation: gateway.Unlimited, Group: gateway.Unlimited}
+	})
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.gw.ServeHTTP(w, r.WithContext(modelnet.WithCaller(r.Context(), nodeHost.ID())))
+	}))
+	b.Cleanup(gw.Close)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * streams}}
+	paths := []struct{ name, url, token string }{
+		{"direct", n.sim.URL() + "/v1/responses", ""},
+		{"gateway", gw.URL + "/v1/responses", tok},
+		{"node", proxy.URL() + "/v1/responses", tok},
+	}
+	body := func(text string, stream bool) []byte {
+		b, _ := json.Marshal(map[string]any{"model": "gpt-sim", "instructions": "Be brief.", "store": false, "stream": stream,
+			"input": []any{map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": text}}}}})
+		return b
+	}
+	small, paced, fast := body("What is the answer?", false), body("paced stream", true), body("fast stream", true)
+	do := func(url, token string, body []byte) (time.Duration, int, error) {
+		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, 0, err
+		}
+		out, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		took := time.Since(start)
+		if err != nil || resp.StatusCode != 200 {
+			return 0, 0, fmt.Errorf("%s: %d %v %.300s", url, resp.StatusCode, err, out)
+		}
+		return took, bytes.Count(out, []byte(`"type":"response.output_text.delta"`)), nil
+	}
+	// concurrent runs streams calls of body at once on path k and returns
+	// the tokens per second they got together.
+	concurrent := func(k int, body []byte, tokens int) float64 {
+		errs := make(chan error, streams)
+		start := time.Now()
+		for range streams {
+			go func() {
+				_, got, err := do(paths[k].url, paths[k].token, body)
+				if err == nil && got < tokens {
+					err = fmt.Errorf("%s streamed %d of %d tokens", paths[k].name, got, tokens)
+				}
+				errs <- err
+			}()
+		}
+		for range streams {
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+		}
+		return float64(streams*tokens) / time.Since(start).Seconds()
+	}
+	// rates runs rounds of concurrent streams on every path, the order
+	// rotating, and returns each path's median rate and median loss
+	// against direct in the same round (percent).
+	rates := func(rounds int, body []byte, tokens int) (rate, loss []float64) {
+		per := make([][]float64, len(paths))
+		losses := make([][]float64, len(paths))
+		for r := range rounds {
+			got := make([]float64, len(paths))
+			for i := range paths {
+				k := (i + r) % len(paths)
+				got[k] = concurrent(k, body, tokens)
+			}
+			for k := range paths {
+				per[k] = append(per[k], got[k])
+				losses[k] = append(losses[k], 100*(1-got[k]/got[0]))
+			}
+		}
+		for k := range paths {
+			rate, loss = append(rate, median(per[k])), append(loss, median(losses[k]))
+		}
+		return rate, loss
+	}
+	for range b.N {
+		lat := make([][]time.Duration, len(paths))
+		for i := range calls + 20 {
+			for k, p := range paths {
+				d, _, err := do(p.url, p.token, small)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if i >= 20 { // warm-up
+					lat[k] = append(lat[k], d)
+				}
+			}
+		}
+		pacedRate, pacedLoss := rates(pacedRounds, paced, pacedTokens)
+		fastRate, fastLoss := rates(fastRounds, fast, fastTokens)
+		p50 := make([]time.Duration, len(paths))
+		p99 := make([]time.Duration, len(paths))
+		for k := range paths {
+			slices.Sort(lat[k])
+			p50[k], p99[k] = lat[k][len(lat[k])/2], lat[k][len(lat[k])*99/100]
+			b.Logf("%-8s p50 %7.3f ms  p99 %7.3f ms  32 paced streams %7.0f tokens/s (loss %5.1f%%)  32 unpaced %7.0f tokens/s (loss %5.1f%%)",
+				paths[k].name, ms(p50[k]), ms(p99[k]), pacedRate[k], pacedLoss[k], fastRate[k], fastLoss[k])
+		}
+		b.Logf("added at p50: gateway %.3f ms, node path %.3f ms; at p99: gateway %.3f ms, node path %.3f ms",
+			ms(p50[1]-p50[0]), ms(p50[2]-p50[0]), ms(p99[1]-p99[0]), ms(p99[2]-p99[0]))
+		b.ReportMetric(ms(p50[0]), "direct_p50_ms")
+		b.ReportMetric(ms(p50[1]-p50[0]), "gw_added_p50_ms")
+		b.ReportMetric(ms(p50[2]-p50[0]), "node_added_p50_ms")
+		b.ReportMetric(pacedLoss[1], "gw_paced_loss_%")
+		b.ReportMetric(pacedLoss[2], "node_paced_loss_%")
+		b.ReportMetric(fastLoss[1], "gw_unpaced_loss_%")
+	}
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -107,8 +107,8 @@ func ToHAL(task string, calls []TrajectoryCall) (HALTrajectory, error) {
 	var first, last time.Time
 	for i, c := range calls {
 		cost = Money(add(int64(cost), int64(max(c.Cost, 0))))
-		if c.Status != 200 || c.ResponseBody == nil {
-			continue
+		if c.Status != 200 || c.ResponseBody == nil || c.API == CallAnthropicCountTokens {
+			continue // token counts are no model call of HAL's
 		}
 		if c.UsageReported {
 			t := out.Usage[c.Model]
@@ -172,11 +172,17 @@ func halCall(task string, c TrajectoryCall) (HALCall, error) {
 			usage["cached_content_token_count"] = c.Usage.CachedInput
 			usage["total_token_count"] = add(c.Usage.Input, c.Usage.Output)
 		}
-	} else if c.UsageReported {
-		usage["prompt_tokens"] = c.Usage.Input
-		usage["completion_tokens"] = c.Usage.Output
-		usage["total_tokens"] = add(c.Usage.Input, c.Usage.Output)
-		usage["prompt_tokens_details"] = map[string]int64{"cached_tokens": c.Usage.CachedInput}
+	} else {
+		if c.API == CallOpenAIResponses {
+			op = "openai.responses.create"
+			texts = responsesTexts(c.ResponseBody)
+		}
+		if c.UsageReported {
+			usage["prompt_tokens"] = c.Usage.Input
+			usage["completion_tokens"] = c.Usage.Output
+			usage["total_tokens"] = add(c.Usage.Input, c.Usage.Output)
+			usage["prompt_tokens_details"] = map[string]int64{"cached_tokens": c.Usage.CachedInput}
+		}
 	}
 	var exception *string
 	if c.Error != "" {

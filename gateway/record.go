@@ -121,6 +121,9 @@ const (
 	// RefusedReplayExhausted: a replay asked for more calls than the
 	// recorded trajectory holds.
 	RefusedReplayExhausted = "replay_exhausted"
+	// RefusedReplayUnmatched: no recorded call left matches a replay's
+	// call (its conversation or its content differs).
+	RefusedReplayUnmatched = "replay_unmatched"
 )
 
 // BodySum is the SHA-256 a body's CID holds (of nothing for "": a call
@@ -140,12 +143,15 @@ func BodySum(id string) ([sha256.Size]byte, error) {
 	return [sha256.Size]byte(d.Digest), nil
 }
 
-// Exchanges are a trajectory's calls as verification reads them.
+// Exchanges are a trajectory's calls as verification reads them. Token
+// counts are among them: package verify reads them as no turn of a
+// conversation (they bind nothing) and pairs a replay's with them by
+// content.
 func Exchanges(calls []TrajectoryCall) []verify.Exchange {
 	out := make([]verify.Exchange, len(calls))
 	for i, c := range calls {
-		out[i] = verify.Exchange{API: c.API, Request: c.RequestBody, Response: c.ResponseBody,
-			Failed: c.Status != 200 || c.Refused != ""}
+		out[i] = verify.Exchange{API: c.API, Model: c.Model, Request: c.RequestBody, Response: c.ResponseBody,
+			Failed: c.Status != 200 || c.Refused != "", ID: fmt.Sprintf("%s/%d", c.Attempt, c.Seq), ReplayOf: c.ReplayOf}
 	}
 	return out
 }

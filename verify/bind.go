@@ -176,15 +176,11 @@ func modelText(m Message) string {
 }
 
 // newTools are the indexes of the tool messages request i shows the model
-// for the first time: those after the earlier request and answer it
-// extends, or all when it extends none.
-func newTools(t Turns, i int) []int {
-	from := 0
-	if j, ok := extends(t, i); ok {
-		from = len(t.Requests[j]) + 1
-	}
+// for the first time: those after the request and answer it extends
+// (Place.From), or all when it extends none.
+func newTools(t Turns, places []Place, i int) []int {
 	var out []int
-	for k := from; k < len(t.Requests[i]); k++ {
+	for k := places[i].From; k < len(t.Requests[i]); k++ {
 		if t.Requests[i][k].Role == RoleTool {
 			out = append(out, k)
 		}
@@ -207,8 +203,9 @@ func Bind(exchanges []Exchange, answers []Answer) []Binding {
 		text string
 	}
 	var tools []tool
+	places := Split(t).Places
 	for i := range t.Requests {
-		for _, k := range newTools(t, i) {
+		for _, k := range newTools(t, places, i) {
 			m := t.Requests[i][k]
 			tools = append(tools, tool{ToolRef{Step: i, Msg: k, CallID: m.CallID}, m.Text})
 		}

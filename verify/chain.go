@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"slices"
 )
 
 // The chain of an attempt's conversation: h_0 = H("repronet/chain/1" 0
@@ -91,6 +90,10 @@ type Turns struct {
 func ReadTurns(exchanges []Exchange) Turns {
 	t := Turns{Requests: make([][]Message, len(exchanges)), Answers: make([]Message, len(exchanges))}
 	for i, e := range exchanges {
+		if counting(e.API) {
+			t.Requests[i] = []Message{{Role: RoleUser, Text: canonicalJSON(e.Request)}}
+			continue
+		}
 		req, err := RequestMessages(e.API, e.Request)
 		if err != nil {
 			t.Unreadable = append(t.Unreadable, Finding{Step: i, Kind: FindingUnreadable, Detail: "request: " + err.Error()})
@@ -108,74 +111,17 @@ func ReadTurns(exchanges []Exchange) Turns {
 }
 
 // CheckAppendOnly applies the append-only rule to an attempt's
-// exchanges: every request either starts a conversation (it shows the
-// model no assistant turn), repeats an earlier request (a retry), or
-// extends an earlier request of the attempt followed by that request's
-// answer (its messages begin with them, in order, unchanged) with new
-// messages that are not the model's; and no exchange is continued in two
-// different ways (a conversation is a line, not a tree). Several
-// conversations may run side by side (an agent with sub-agents); none may
-// be rewritten. It returns a finding per request that breaks the rule,
-// and per body it cannot read.
+// exchanges, read as conversations (Split): every request either starts
+// a conversation (it shows the model no assistant turn), repeats an
+// earlier request (a retry), or extends the last answered exchange of one
+// conversation (its messages begin with that exchange's request and
+// answer, in order, unchanged) with new messages that are not the
+// model's; and no exchange is continued in two different ways (a
+// conversation is a line, not a tree). Several conversations may run side
+// by side, their calls interleaved in any order (an agent with sub-agents
+// and side calls); none may be rewritten. It returns a finding per
+// request that breaks the rule, and per body it cannot read.
 func CheckAppendOnly(exchanges []Exchange) []Finding {
 	t := ReadTurns(exchanges)
-	findings := append([]Finding(nil), t.Unreadable...)
-	continued := map[int]int{} // exchange j -> the first request that extended it
-	for i, req := range t.Requests {
-		if !hasAssistant(req) || retries(t, i) {
-			continue
-		}
-		j, ok := extends(t, i)
-		if !ok {
-			findings = append(findings, Finding{Step: i, Kind: FindingRewrite,
-				Detail: fmt.Sprintf("request %d shows the model %d messages that extend no earlier request and its answer: earlier turns were dropped or changed", i, len(req))})
-			continue
-		}
-		if k, seen := continued[j]; seen {
-			findings = append(findings, Finding{Step: i, Kind: FindingRewrite,
-				Detail: fmt.Sprintf("request %d continues exchange %d otherwise than request %d did: what the model was shown after it was changed", i, j, k)})
-			continue
-		}
-		continued[j] = i
-	}
-	return findings
-}
-
-// retries says whether request i repeats an earlier request whole.
-func retries(t Turns, i int) bool {
-	for j := i - 1; j >= 0; j-- {
-		if slices.EqualFunc(t.Requests[j], t.Requests[i], Message.Equal) {
-			return true
-		}
-	}
-	return false
-}
-
-// extends returns the latest j < i such that request i begins with
-// request j and answer j and adds no assistant message after them.
-func extends(t Turns, i int) (int, bool) {
-	req := t.Requests[i]
-	for j := i - 1; j >= 0; j-- {
-		prev := t.Requests[j]
-		if len(req) < len(prev)+1 || t.Answers[j].Role != RoleAssistant {
-			continue
-		}
-		if !slices.EqualFunc(prev, req[:len(prev)], Message.Equal) || !t.Answers[j].Equal(req[len(prev)]) {
-			continue
-		}
-		if hasAssistant(req[len(prev)+1:]) {
-			continue
-		}
-		return j, true
-	}
-	return -1, false
-}
-
-func hasAssistant(ms []Message) bool {
-	for _, m := range ms {
-		if m.Role == RoleAssistant {
-			return true
-		}
-	}
-	return false
+	return append(append([]Finding(nil), t.Unreadable...), Split(t).Findings...)
 }

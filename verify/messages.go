@@ -19,12 +19,22 @@ const (
 // the agent sent and the answer body it got (a stream as the answer it
 // amounts to).
 type Exchange struct {
-	API      string
+	API string
+	// Model is the model the request asked for ("": not known); a replay
+	// call is paired only with a recorded call of the same model.
+	Model    string
 	Request  []byte
 	Response []byte
 	// Failed: the call got no answer from the model (a refusal, an
 	// error); its response, if any, is not a message.
 	Failed bool
+	// ID names the exchange ("<attempt>/<seq>", the gateway's records);
+	// ReplayOf, on a replay's exchange, names the recorded exchange whose
+	// answer it was given. Both are optional: without them a replay's
+	// exchanges are paired with the recorded ones as the gateway pairs
+	// them (Matcher).
+	ID       string
+	ReplayOf string
 }
 
 // Roles of messages.
@@ -240,8 +250,10 @@ func RequestMessages(api string, body []byte) ([]Message, error) {
 			out = append(out, ms...)
 		}
 		return out, nil
+	case APIOpenAIResponses:
+		return responsesRequest(body)
 	case APIGeminiGenerate:
-		return geminiRequestMessages(body)
+		return geminiRequest(body)
 	}
 	return nil, fmt.Errorf("unknown API %q", api)
 }
@@ -282,8 +294,10 @@ func ResponseMessage(api string, body []byte) (Message, error) {
 		}
 		ms[0].Role = RoleAssistant
 		return ms[0], nil
+	case APIOpenAIResponses:
+		return responsesAnswer(body)
 	case APIGeminiGenerate:
-		return geminiResponseMessage(body)
+		return geminiAnswer(body)
 	}
 	return Message{}, fmt.Errorf("unknown API %q", api)
 }

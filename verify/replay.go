@@ -136,6 +136,12 @@ type StepDiff struct {
 // Comparison is a replay compared with the recorded trajectory.
 type Comparison struct {
 	Steps []StepDiff `json:"steps"`
+	// Pairs has, for each replayed exchange, the recorded exchange it
+	// replayed (-1: none); Unreached are the recorded answered exchanges
+	// that no replayed exchange replayed (a conversation the replay did
+	// not have, or ended sooner).
+	Pairs     []int `json:"pairs,omitempty"`
+	Unreached []int `json:"unreached,omitempty"`
 	// Exchanges: how many calls each side made.
 	Recorded, Replayed int `json:"-"`
 }
@@ -152,12 +158,15 @@ func (c Comparison) Count(class Class) int {
 }
 
 // toolResults maps each tool message shown to the model for the first
-// time to its text, in order.
-func toolResults(t Turns) ([]ToolRef, map[ToolRef]string) {
+// time (in its conversation) to its text, in order.
+func toolResults(t Turns, places []Place) ([]ToolRef, map[ToolRef]string) {
 	var refs []ToolRef
 	text := map[ToolRef]string{}
 	for i := range t.Requests {
-		for n, k := range newTools(t, i) {
+		if places[i].Retried {
+			continue // its retry shows the same results
+		}
+		for n, k := range newTools(t, places, i) {
 			m := t.Requests[i][k]
 			// Positions, not message indexes, pair a replay's results:
 			// the replayed history may differ in length before them.
@@ -169,16 +178,43 @@ func toolResults(t Turns) ([]ToolRef, map[ToolRef]string) {
 	return refs, text
 }
 
-// Compare compares a replay (the same agent, given the recorded answers
-// in order, running its tools honestly on another node) with the recorded
-// trajectory, tool result by tool result (paired by the exchange that
-// first showed it and its position there). Each recorded result that
-// differs is classed with the answers of the report (Bind's atoms): a
-// result that held an answer the replay's does not is AnswerBearing.
+// replayResults are a replay's new tool results named by the recorded
+// exchange its exchange replayed (pairs), in the recorded step's terms.
+func replayResults(t Turns, places []Place, pairs []int) map[ToolRef]string {
+	out := map[ToolRef]string{}
+	for j := range t.Requests {
+		if pairs[j] < 0 {
+			continue
+		}
+		for n, k := range newTools(t, places, j) {
+			m := t.Requests[j][k]
+			out[ToolRef{Step: pairs[j], Msg: n, CallID: m.CallID}] = m.Text
+		}
+	}
+	return out
+}
+
+// Compare compares a replay (the same agent, given the recorded answers,
+// running its tools honestly on another node) with the recorded
+// trajectory, tool result by tool result: each replayed exchange is
+// paired with the recorded exchange it replayed (Pair: by conversation,
+// whatever the order the conversations' calls came in), and a tool result
+// with the one at the same position among the new tool results of its
+// pair. Each recorded result that differs is classed with the answers of
+// the report (Bind's atoms): a result that held an answer the replay's
+// does not is AnswerBearing.
 func Compare(recorded, replayed []Exchange, answers []Answer, tol Tolerance) Comparison {
+	c, _, _ := compare(recorded, replayed, answers, tol)
+	return c
+}
+
+// compare is Compare, also returning the recorded tool results and the
+// replay's (in the recorded steps' terms).
+func compare(recorded, replayed []Exchange, answers []Answer, tol Tolerance) (Comparison, map[ToolRef]string, map[ToolRef]string) {
 	rt, pt := ReadTurns(recorded), ReadTurns(replayed)
-	refs, rec := toolResults(rt)
-	_, rep := toolResults(pt)
+	pairs := Pair(recorded, replayed, tol)
+	refs, rec := toolResults(rt, Split(rt).Places)
+	rep := replayResults(pt, Split(pt).Places, pairs)
 	var atoms []struct {
 		name string
 		a    Atom
@@ -192,19 +228,21 @@ func Compare(recorded, replayed []Exchange, answers []Answer, tol Tolerance) Com
 			}{ans.Name, a})
 		}
 	}
-	c := Comparison{Recorded: len(recorded), Replayed: len(replayed)}
+	c := Comparison{Recorded: len(recorded), Replayed: len(replayed), Pairs: pairs}
+	reached := make([]bool, len(recorded))
+	for _, i := range pairs {
+		if i >= 0 {
+			reached[i] = true
+		}
+	}
+	for i := range recorded {
+		if !reached[i] && rt.Answers[i].Role == RoleAssistant {
+			c.Unreached = append(c.Unreached, i)
+		}
+	}
 	for _, r := range refs {
 		d := StepDiff{Ref: r, Class: Same}
-		got, ok := rep[ToolRef{Step: r.Step, Msg: r.Msg, CallID: r.CallID}]
-		if !ok {
-			// Ids of calls are in the recorded answers, so a faithful
-			// replay has the same; pair by position when they differ.
-			for k, v := range rep {
-				if k.Step == r.Step && k.Msg == r.Msg {
-					got, ok = v, true
-				}
-			}
-		}
+		got, ok := lookup(rep, r)
 		want := rec[r]
 		switch {
 		case !ok:
@@ -227,7 +265,7 @@ func Compare(recorded, replayed []Exchange, answers []Answer, tol Tolerance) Com
 		}
 		c.Steps = append(c.Steps, d)
 	}
-	return c
+	return c, rec, rep
 }
 
 func containsString(ss []string, s string) bool {
@@ -285,8 +323,11 @@ func Judge(recorded []Exchange, replays [][]Exchange, answers []Answer, tol Tole
 		return j
 	}
 	var suspect []StepDiff
+	var rec map[ToolRef]string
+	var reps []map[ToolRef]string
 	for _, rp := range replays {
-		c := Compare(recorded, rp, answers, tol)
+		c, r, p := compare(recorded, rp, answers, tol)
+		rec, reps = r, append(reps, p)
 		j.Comparisons = append(j.Comparisons, c)
 		for _, s := range c.Steps {
 			switch {
@@ -306,6 +347,9 @@ func Judge(recorded []Exchange, replays [][]Exchange, answers []Answer, tol Tole
 		j.Verdict = Verified
 		j.Reason = fmt.Sprintf("%d tool results compared: no answer came from a result the replay did not reproduce (%d benign differences, %d equal after normalisation)",
 			len(j.Comparisons[0].Steps), j.Benign, j.Normalised)
+		if n := len(j.Comparisons[0].Unreached); n > 0 {
+			j.Reason += fmt.Sprintf("; %d recorded calls the replay never made", n)
+		}
 		return j
 	}
 	s := suspect[0]
@@ -314,8 +358,7 @@ func Judge(recorded []Exchange, replays [][]Exchange, answers []Answer, tol Tole
 			s.Ref.CallID, s.Ref.Step, strings.Join(s.Answers, ", "))
 		return j
 	}
-	_, a := toolResults(ReadTurns(replays[0]))
-	_, b := toolResults(ReadTurns(replays[1]))
+	a, b := reps[0], reps[1]
 	for _, s := range suspect {
 		x, okx := lookup(a, s.Ref)
 		y, oky := lookup(b, s.Ref)
@@ -326,7 +369,7 @@ func Judge(recorded []Exchange, replays [][]Exchange, answers []Answer, tol Tole
 				atoms = append(atoms, as...)
 			}
 		}
-		if okx != oky || okx && !tol.agreeWhere(recordedText(recorded, s.Ref), x, y, atoms) {
+		if okx != oky || okx && !tol.agreeWhere(rec[s.Ref], x, y, atoms) {
 			j.Verdict = Nondeterministic
 			j.Reason = fmt.Sprintf("two replays disagree with each other on the tool result of call %s (exchange %d), which answers %s came from: not reproducible there",
 				s.Ref.CallID, s.Ref.Step, strings.Join(s.Answers, ", "))
@@ -349,12 +392,6 @@ func lookup(m map[ToolRef]string, r ToolRef) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-func recordedText(recorded []Exchange, r ToolRef) string {
-	_, m := toolResults(ReadTurns(recorded))
-	t, _ := lookup(m, r)
-	return t
 }
 
 // agreeWhere says whether two replayed results x and y agree where the

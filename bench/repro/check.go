@@ -322,6 +322,9 @@ type Status struct {
 	RunsWanted int     `json:"runs_wanted"`
 	Report     *Report `json:"report,omitempty"`
 	Error      string  `json:"error,omitempty"`
+	// Waiting says why runs wait that no node can run (the coordinator's
+	// words, one line per reason).
+	Waiting []string `json:"waiting,omitempty"`
 }
 
 // Status states.

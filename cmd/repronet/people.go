@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -401,9 +402,10 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return subcommands("eval", evalUsage, args, stderr, cmds)
 }
 
-// watchEval follows an evaluation, a progress line each time it moves,
-// until every attempt and run is finished; then prints its agent's board
-// and per-task results.
+// watchEval follows an evaluation, a progress line each time it moves
+// (with why attempts wait, when no node can run them), until every
+// attempt and run is finished; then prints its agent's board and per-task
+// results.
 func watchEval(ctx context.Context, c *apiClient, id string, every time.Duration, stdout io.Writer) error {
 	last := ""
 	for {
@@ -411,8 +413,8 @@ func watchEval(ctx context.Context, c *apiClient, id string, every time.Duration
 		if err := c.get(ctx, "/api/evaluations/"+url.PathEscape(id), &d); err != nil {
 			return err
 		}
-		if line := progressLine(d.Progress, 30); line != last {
-			fmt.Fprintln(stdout, line)
+		if line := progressLine(d.Progress, 30) + "\n" + waitingLines(d.Waiting); line != last {
+			fmt.Fprint(stdout, line)
 			last = line
 		}
 		if d.Progress.Finished() {
@@ -449,6 +451,44 @@ func progressLine(p dashboard.Progress, width int) string {
 	return s
 }
 
+// waitingLines says why attempts wait that no node can run, a line per
+// reason, each with when they end unless a node that can run them comes.
+func waitingLines(ws []dashboard.Waiting) string {
+	var b strings.Builder
+	for _, w := range ws {
+		fmt.Fprintf(&b, "  waiting (%d attempts): %s", w.Attempts, w.Reason)
+		if w.Blocked && !w.Deadline.IsZero() {
+			fmt.Fprintf(&b, "; they end unschedulable at %s unless a node that can run them comes into view",
+				w.Deadline.UTC().Format(time.TimeOnly+" UTC"))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// failedLines says why attempts ended without a result, a line per
+// outcome and reason.
+func failedLines(atts []dashboard.Attempt) string {
+	type key struct{ outcome, detail string }
+	count := map[key]int{}
+	var order []key
+	for _, a := range atts {
+		if a.State != "failed" {
+			continue
+		}
+		k := key{a.Outcome, a.Detail}
+		if count[k] == 0 {
+			order = append(order, k)
+		}
+		count[k]++
+	}
+	var b strings.Builder
+	for _, k := range order {
+		fmt.Fprintf(&b, "%d attempts %s: %s\n", count[k], cmp.Or(k.outcome, "failed"), cmp.Or(k.detail, "no reason given"))
+	}
+	return b.String()
+}
+
 // writeEvalResults prints an evaluation's boards and per-task results.
 func writeEvalResults(w io.Writer, d dashboard.EvaluationDetail) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -460,8 +500,12 @@ func writeEvalResults(w io.Writer, d dashboard.EvaluationDetail) {
 			if r.CostUSD != nil {
 				cost = fmt.Sprintf("$%.4f", *r.CostUSD)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%.1f%%\t%.1f-%.1f%%\t%d\t%s\t%.0f\t%.1fs\t%.1f%%\n", r.Agent, r.Model, 100*r.Accuracy, 100*r.AccuracyMin,
-				100*r.AccuracyMax, r.Runs, cost, r.Tokens, r.WallSeconds, 100*r.VerifiedShare)
+			acc, span := "-", "-" // no validated run: no accuracy (not 0%)
+			if r.Runs > 0 {
+				acc, span = fmt.Sprintf("%.1f%%", 100*r.Accuracy), fmt.Sprintf("%.1f-%.1f%%", 100*r.AccuracyMin, 100*r.AccuracyMax)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%.0f\t%.1fs\t%.1f%%\n", r.Agent, r.Model, acc, span, r.Runs, cost, r.Tokens,
+				r.WallSeconds, 100*r.VerifiedShare)
 		}
 		fmt.Fprintln(tw)
 	}
@@ -480,6 +524,9 @@ func writeEvalResults(w io.Writer, d dashboard.EvaluationDetail) {
 		}
 	}
 	tw.Flush()
+	if s := failedLines(d.Attempts); s != "" {
+		fmt.Fprintf(w, "\nended without a result (never scored, not counted against the agent):\n%s", s)
+	}
 }
 
 const attemptUsage = `attempt ls --eval ID | attempt logs ID | attempt trajectory ID | attempt outputs ID [--get PATH [-o FILE]]`

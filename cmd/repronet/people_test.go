@@ -228,3 +228,49 @@ func TestNodeStatusCommand(t *testing.T) {
 		t.Fatalf("status of no node: %v", err)
 	}
 }
+
+// TestEvalWatchWaiting: while no node can run its attempts, `eval watch`
+// says why and until when; once they end, why they ended.
+func TestEvalWatchWaiting(t *testing.T) {
+	reason := "none of the 2 nodes in view can run it: 2 have slots too small for its limits"
+	deadline := time.Date(2026, 11, 24, 12, 10, 0, 0, time.UTC)
+	polls := 0
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/evaluations/{id}", func(w http.ResponseWriter, r *http.Request) {
+		polls++
+		d := dashboard.EvaluationDetail{Evaluation: dashboard.Evaluation{ID: r.PathValue("id"),
+			Progress: dashboard.Progress{Pending: 1, Total: 1, Units: 1}}}
+		switch {
+		case polls <= 2: // the same twice: printed once
+			d.Waiting = []dashboard.Waiting{{Reason: reason, Attempts: 1, Blocked: true, Deadline: deadline}}
+		default:
+			d.Progress = dashboard.Progress{Failed: 1, Total: 1, Units: 1, Decided: 1}
+			d.Attempts = []dashboard.Attempt{{State: "failed", Outcome: "unschedulable", Detail: reason + " (for 10m0s)"}}
+			d.Boards = dashboard.BuildBoards([]dashboard.Entry{{Suite: "s", Variant: "easy", Scoring: "g=1", Agent: "a", Task: "t1", Run: 1,
+				Status: "infra_failed"}})
+		}
+		json.NewEncoder(w).Encode(d)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c, err := newAPIClient(srv.URL, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := watchEval(context.Background(), c, "ev-1", time.Millisecond, &out); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	wantWait := "  waiting (1 attempts): " + reason + "; they end unschedulable at 12:10:00 UTC unless a node that can run them comes into view\n"
+	if strings.Count(got, wantWait) != 1 {
+		t.Errorf("want the reason once, with its deadline:\n%s", got)
+	}
+	if !strings.Contains(got, "1 attempts unschedulable: "+reason+" (for 10m0s)") {
+		t.Errorf("no reason for the end:\n%s", got)
+	}
+	// A row without a validated run has no accuracy, not 0%.
+	if !regexp.MustCompile(`(?m)^a\s+-\s+-\s+0\s`).MatchString(got) {
+		t.Errorf("the board row of a run no node could run:\n%s", got)
+	}
+}

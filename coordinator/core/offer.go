@@ -80,16 +80,9 @@ func (s *State) offerAnswered(e OfferAnswered) {
 		rec.Declined++
 		s.persistRecord(rec)
 		a.Declines = append(a.Declines, Decline{Node: a.Node, Reason: clipReason(e.Reason), At: s.now})
+		a.keepOff(a.Node)
 		if why, ok := s.undeliverable(a); ok {
-			s.log.Warn("attempt failed: no node can run it", "attempt", a.ID, "why", why)
-			a.Outcome = OutcomeDeclined
-			s.endAttempt(a, why)
-			if !booked(a) {
-				s.replayEnded(a)
-				return
-			}
-			eff, err := s.Book.Undeliverable(a.Unit, a.ID, why)
-			s.bookCall(a.Unit, "undeliverable", eff, err)
+			s.giveUp(a, OutcomeDeclined, why)
 			return
 		}
 		s.requeue(a, requeueDeclined, "declined by node "+a.Node+": "+e.Reason)
@@ -116,9 +109,10 @@ func clipReason(s string) string {
 
 // undeliverable decides whether attempt a, just declined, can still find
 // a node: it cannot when MaxDeclines distinct nodes declined it, or when
-// every node in view that could be offered it (serving this coordinator,
-// its suite and its group, not quarantined) has declined it. It returns
-// the reason, with what the nodes said.
+// no node in view that could run it (stuck.go: serving this coordinator,
+// its suite and its group, with a slot of its shape and its GPUs, not
+// quarantined) is left that has not declined, failed or must avoid it.
+// It returns the reason, with what the nodes said.
 func (s *State) undeliverable(a *Attempt) (string, bool) {
 	declined := map[string]string{}
 	for _, d := range a.Declines {
@@ -134,13 +128,8 @@ func (s *State) undeliverable(a *Attempt) (string, bool) {
 	if len(declined) >= s.cfg.MaxDeclines {
 		return fmt.Sprintf("declined by %d nodes (max %d): %s", len(declined), s.cfg.MaxDeclines, reasons()), true
 	}
-	for id, n := range s.Nodes {
-		if !s.inView(n) || s.quarantined(id) || declined[id] != "" || !n.ServesUs {
-			continue
-		}
-		if (len(n.Suites) == 0 || slices.Contains(n.Suites, a.Suite)) && (len(n.Groups) == 0 || slices.Contains(n.Groups, a.Group)) {
-			return "", false // a node that may still take it
-		}
+	if w := s.newFitter(s.now).waiting(a); w.Open > 0 {
+		return "", false // a node that may still take it
 	}
 	return fmt.Sprintf("declined by every node that could run it (%d): %s", len(declined), reasons()), true
 }
@@ -224,6 +213,12 @@ func (s *State) requeue(a *Attempt, kind requeueKind, why string) {
 			s.failAttempt(a, fmt.Sprintf("gave up after %d infrastructure failures: %s", a.InfraFailures, why))
 			return
 		}
+		if reason, blocked := s.blockedNow(a); blocked {
+			// Every node in view that could run it failed it: waiting
+			// would be forever.
+			s.giveUp(a, OutcomeUnschedulable, reason)
+			return
+		}
 	case requeueModel:
 		a.ModelFaults++
 		if a.ModelFaults >= s.cfg.MaxTries {
@@ -260,7 +255,9 @@ func (s *State) failAttempt(a *Attempt, why string) {
 // endAttempt marks a as failed, without telling the cross-check.
 func (s *State) endAttempt(a *Attempt, why string) {
 	s.Leases.Release(a.ID)
-	s.Queue = slices.DeleteFunc(s.Queue, func(id string) bool { return id == a.ID })
+	if a.State == StateQueued {
+		s.Queue = slices.DeleteFunc(s.Queue, func(id string) bool { return id == a.ID })
+	}
 	a.State, a.Detail, a.FinishedAt = StateFailed, why, s.now
 	if a.Outcome == "" {
 		a.Outcome = "infra_error"

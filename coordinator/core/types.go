@@ -44,7 +44,8 @@ const (
 	KindReplay = "replay"
 )
 
-// OutcomeDeclined is the outcome of an attempt that no node would run.
+// OutcomeDeclined is the outcome of an attempt that every node that could
+// run it declined (see also OutcomeUnschedulable).
 const OutcomeDeclined = "declined"
 
 // Attempt is one job: one placement of one stage of one unit (an agent's
@@ -127,8 +128,14 @@ type Attempt struct {
 	// after another report counted: recorded, never counted.
 	LateReports []LateReport `json:"late_reports,omitempty"`
 	// Declines are the nodes that declined the attempt for a lasting
-	// reason, with what they said.
+	// reason, with what they said; Failures the nodes that reported an
+	// infrastructure failure of it, with what they said.
 	Declines []Decline `json:"declines,omitempty"`
+	Failures []Decline `json:"failures,omitempty"`
+	// StuckSince is when the attempt was first found queued with no node
+	// in view able to run it (zero: it is not; stuck.go). It ends as
+	// unschedulable Config.UnschedulableAfter later unless one comes.
+	StuckSince time.Time `json:"stuck_since,omitzero"`
 	// Outputs are the attempt's outputs as its counted report names them
 	// (fetched, verified and kept by the coordinator).
 	Outputs []Output `json:"outputs,omitempty"`
@@ -192,6 +199,9 @@ type Decline struct {
 	Node   string    `json:"node"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
+	// Charged: an infrastructure failure charged to its node, once
+	// another node ran the same job (chargeFailures).
+	Charged bool `json:"charged,omitempty"`
 }
 
 // Output is one output of an attempt: its path, and its CID once fetched.

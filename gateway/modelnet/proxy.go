@@ -23,8 +23,11 @@ import (
 // on the node and never sent.
 var forwarded = map[string]string{
 	"/v1/chat/completions": http.MethodPost,
+	"/v1/responses":        http.MethodPost,
 	"/v1/messages":         http.MethodPost,
 	"/v1/models":           http.MethodGet,
+	// Claude Code sizes its context with it (free; gateway/count_tokens.go).
+	"/v1/messages/count_tokens": http.MethodPost,
 }
 
 // geminiMethod is the method of a Gemini path: GET for the model list
@@ -127,7 +130,7 @@ func StartProxy(ctx context.Context, h host.Host, gateway peer.ID, addr string, 
 			method, ok = geminiMethod(r.URL.Path)
 		}
 		if !ok {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no model endpoint %s here (use /v1/chat/completions, /v1/messages or /v1beta/models/{model}:generateContent)", r.URL.Path))
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no model endpoint %s here (use /v1/chat/completions, /v1/responses, /v1/messages or /v1beta/models/{model}:generateContent)", r.URL.Path))
 			return
 		}
 		if r.Method != method {

@@ -1,6 +1,7 @@
 package modelsim
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -154,10 +155,10 @@ func (c gmContent) read() (string, []ToolCall, []Message) {
 			if args == "" || args == "null" {
 				args = "{}"
 			}
-			calls = append(calls, ToolCall{ID: cmpOr(p.FunctionCall.ID, p.FunctionCall.Name), Name: p.FunctionCall.Name, Arguments: args})
+			calls = append(calls, ToolCall{ID: cmp.Or(p.FunctionCall.ID, p.FunctionCall.Name), Name: p.FunctionCall.Name, Arguments: args})
 		case p.FunctionResponse != nil:
 			fr := p.FunctionResponse
-			results = append(results, Message{Role: "tool", Text: responseText(fr.Response), ToolCallID: cmpOr(fr.ID, fr.Name)})
+			results = append(results, Message{Role: "tool", Text: responseText(fr.Response), ToolCallID: cmp.Or(fr.ID, fr.Name)})
 		case p.Text != "" && !p.Thought:
 			texts = append(texts, p.Text)
 		}
@@ -178,13 +179,6 @@ func responseText(raw json.RawMessage) string {
 		}
 	}
 	return string(raw)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // Wire shapes of Gemini's answers.
