@@ -65,6 +65,16 @@ func TestClaudeCodeThroughGateway(t *testing.T) {
 		baseURL: func(sim string) string { return sim }, script: clisim.Claude, usage: clisim.UsageAnthropic, calls: 3, envKey: "ANTHROPIC_API_KEY"})
 }
 
+// TestCodexThroughGateway is the same for Codex CLI (the real
+// @openai/codex package and its native linux x64 binary, `codex exec`):
+// OpenAI's Responses API through the gateway, its exec_command function
+// (which also writes report.json: Codex offers apply_patch only to models
+// it knows), cached tokens priced.
+func TestCodexThroughGateway(t *testing.T) {
+	runCLIAgent(t, cliCase{agent: "codex", model: "scripted-codex", api: gateway.APIOpenAI,
+		baseURL: func(sim string) string { return sim + "/v1" }, script: clisim.Codex, usage: clisim.UsageOpenAI, calls: 3, envKey: "OPENAI_API_KEY"})
+}
+
 // TestGeminiCLIThroughGateway is the same for Gemini CLI (the real
 // @google/gemini-cli package, `gemini -p --yolo`): Gemini's
 // streamGenerateContent through the gateway, its run_shell_command and

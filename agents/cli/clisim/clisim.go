@@ -182,3 +182,15 @@ func script(api string, usage modelsim.Usage, command, shell string, shellArgs f
 	s.Default = &modelsim.Reply{Usage: usage, Content: "Reading a capsule."}
 	return s, nil
 }
+
+// Codex is the script for Codex CLI (OpenAI's Responses API): its shell
+// function, exec_command, shows the results, then writes report.json with
+// a here-document (Codex offers apply_patch only to the models it knows),
+// then its last words.
+func Codex() (modelsim.Script, error) {
+	return script("responses", UsageOpenAI, "", "exec_command", func(command string) map[string]string {
+		return map[string]string{"cmd": command}
+	}, "exec_command", func(body string) map[string]string {
+		return map[string]string{"cmd": "cat > " + ReportPath + " <<'JSON'\n" + body + "JSON\necho report.json written"}
+	}, "report.json written")
+}
