@@ -107,7 +107,12 @@ func (c *Coordinator) SubmitRepro(ctx context.Context, rawSpec json.RawMessage, 
 	// Import the tarball while reading the rule files out of it.
 	pr, pw := io.Pipe()
 	scanned := make(chan tarScan, 1)
-	go func() { scanned <- scanCapsuleTarball(pr, files, check.MaxFile) }()
+	// The files under the check's returned folders (a draft's results/)
+	// are kept too: what the capsule published, compared with the runs.
+	keep := func(name string) bool {
+		return files[name] || slices.ContainsFunc(check.Dirs, func(d string) bool { return strings.HasPrefix(name, d+"/") })
+	}
+	go func() { scanned <- scanCapsuleTarball(pr, keep, check.MaxFile) }()
 	info, err := c.store.Add(ctx, io.TeeReader(tarball, pw))
 	pw.CloseWithError(err)
 	sc := <-scanned
@@ -145,10 +150,10 @@ type tarScan struct {
 }
 
 // scanCapsuleTarball reads a capsule tarball (gzipped or not) and keeps the
-// regular files named in want (paths below the one top folder), within
+// regular files want names (paths below the one top folder), within
 // maxClaimedBytes. It always reads r to its end, so that whoever writes
 // into it is never blocked.
-func scanCapsuleTarball(r io.Reader, want map[string]bool, maxFile int64) (out tarScan) {
+func scanCapsuleTarball(r io.Reader, want func(string) bool, maxFile int64) (out tarScan) {
 	defer func() { _, _ = io.Copy(io.Discard, r) }()
 	out.files = map[string][]byte{}
 	br := bufio.NewReader(r)
@@ -189,7 +194,7 @@ func scanCapsuleTarball(r io.Reader, want map[string]bool, maxFile int64) (out t
 			out.err = fmt.Errorf("more than one top entry (%q and %q)", out.top, top)
 			return out
 		}
-		if h.Typeflag != tar.TypeReg || !want[rest] || kept+int(h.Size) > maxClaimedBytes {
+		if h.Typeflag != tar.TypeReg || !want(rest) || kept+int(h.Size) > maxClaimedBytes {
 			continue
 		}
 		b, err := io.ReadAll(io.LimitReader(tr, maxFile+1))

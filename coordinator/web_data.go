@@ -46,7 +46,8 @@ func (c *Coordinator) dashEntries(es []bench.Entry) []dashboard.Entry {
 	for i, e := range es {
 		d := dashboard.Entry{Suite: e.Suite, Variant: e.Variant, Scoring: scoringLabel(e.Scoring), Agent: e.Agent, Model: e.Model,
 			Task: e.TaskID, Run: e.Run, Status: string(e.Status), CostUSD: e.CostUSD, InputTokens: e.InputTokens,
-			OutputTokens: e.OutputTokens, CPUSeconds: e.CPUSeconds, WallSeconds: e.WallSeconds, Verification: e.Verification}
+			OutputTokens: e.OutputTokens, CPUSeconds: e.CPUSeconds, WallSeconds: e.WallSeconds, Verification: e.Verification, Eval: e.Eval}
+		d.Written, d.Vision = questionKinds(e.Score)
 		vg, seen := graders[e.Suite]
 		if !seen {
 			if si, ok := c.catalog.LookupSuite(e.Suite); ok {
@@ -65,6 +66,30 @@ func (c *Coordinator) dashEntries(es []bench.Entry) []dashboard.Entry {
 		out[i] = d
 	}
 	return out
+}
+
+// questionKinds reads whether all of a task's written and vision
+// questions were right from a public score that counts them (CORE-Bench's,
+// whose boards and HAL uploads give written and vision accuracy): nil for
+// a kind the task has none of, or a score without the counts.
+func questionKinds(public json.RawMessage) (written, vision *bool) {
+	var s struct {
+		CorrectWritten *int `json:"correct_written_answers"`
+		TotalWritten   *int `json:"total_written_questions"`
+		CorrectVision  *int `json:"correct_vision_answers"`
+		TotalVision    *int `json:"total_vision_questions"`
+	}
+	if len(public) == 0 || json.Unmarshal(public, &s) != nil {
+		return nil, nil
+	}
+	all := func(correct, total *int) *bool {
+		if correct == nil || total == nil || *total <= 0 {
+			return nil
+		}
+		ok := *correct == *total
+		return &ok
+	}
+	return all(s.CorrectWritten, s.TotalWritten), all(s.CorrectVision, s.TotalVision)
 }
 
 // scoringLabel is a family's scoring JSON as one line: an object's fields
@@ -150,6 +175,9 @@ func (c *Coordinator) attemptView(p accounts.Principal, a Attempt) dashboard.Att
 		Enqueued: a.EnqueuedAt.UTC().Truncate(time.Second)}
 	if a.Kind == KindReplay {
 		v.Kind, v.ReplayOf = dashboard.KindReplay, a.ReplayOf
+	}
+	if a.Kind == KindCapsuleRun {
+		v.Repro = a.TaskID
 	}
 	if !admin {
 		v.ID = c.web.handle(a.ID)
@@ -392,7 +420,9 @@ func (c *Coordinator) evaluationViews(p accounts.Principal) []dashboard.Evaluati
 }
 
 // evaluationDetail is one evaluation p may see, with its attempts and its
-// agent's results.
+// own results: the boards and per-task results of its own runs only
+// (never another evaluation's of the same agent, which numbers its runs
+// from 1 too).
 func (c *Coordinator) evaluationDetail(p accounts.Principal, id string) (dashboard.EvaluationDetail, bool) {
 	st := c.readEvals(p, id)
 	if len(st.evals) != 1 {
@@ -407,9 +437,10 @@ func (c *Coordinator) evaluationDetail(p accounts.Principal, id string) (dashboa
 		d.Attempts = append(d.Attempts, v)
 	}
 	entries, _, _ := c.boardEntries(p, e.Agent)
+	label := c.evalLabel(e.ID)
 	var mine []dashboard.Entry
 	for _, en := range entries {
-		if en.Suite == e.Suite && en.Agent == e.Agent {
+		if en.Agent == e.Agent && (en.Eval == e.ID || en.Eval == label) {
 			mine = append(mine, en)
 		}
 	}
@@ -461,6 +492,7 @@ func (c *Coordinator) trajectoryView(ctx context.Context, a Attempt) ([]dashboar
 			Request: dashboard.RequestMessages(cl.RequestBody), Response: dashboard.ResponseMessages(cl.ResponseBody),
 			RequestBody: string(cl.RequestBody), ResponseBody: string(cl.ResponseBody)}
 	}
+	dashboard.MarkNew(out)
 	return out, nil
 }
 
@@ -586,9 +618,16 @@ func readReproReport(v *dashboard.Repro, report json.RawMessage) {
 				Verdict  string                `json:"verdict"`
 				Interval *dashboard.Interval   `json:"interval"`
 				Reason   string                `json:"reason"`
+				// What the capsule published there, and whether the
+				// runs reproduce it (bench/repro's ComparePublished).
+				Published        string `json:"published"`
+				Comparison       string `json:"comparison"`
+				ComparisonReason string `json:"comparison_reason"`
 			} `json:"values"`
-			Spec      json.RawMessage `json:"spec"`
-			Truncated []string        `json:"truncated"`
+			Spec       json.RawMessage `json:"spec"`
+			Truncated  []string        `json:"truncated"`
+			Published  int             `json:"published_files"`
+			Unproduced []string        `json:"unproduced"`
 		} `json:"draft"`
 	}
 	if len(report) == 0 || json.Unmarshal(report, &rep) != nil {
@@ -596,9 +635,11 @@ func readReproReport(v *dashboard.Repro, report json.RawMessage) {
 	}
 	v.Reproducible, v.FailedRuns = rep.Reproducible, rep.FailedRuns
 	if d := rep.Draft; d != nil {
-		v.Draft = &dashboard.ReproDraft{Spec: d.Spec, Truncated: d.Truncated, Values: []dashboard.ReproDraftValue{}}
+		v.Draft = &dashboard.ReproDraft{Spec: d.Spec, Truncated: d.Truncated, Values: []dashboard.ReproDraftValue{},
+			PublishedFiles: d.Published, Unproduced: d.Unproduced}
 		for _, x := range d.Values {
-			dv := dashboard.ReproDraftValue{Question: x.Question, File: x.Rule.File, Verdict: x.Verdict, Interval: x.Interval, Reason: x.Reason}
+			dv := dashboard.ReproDraftValue{Question: x.Question, File: x.Rule.File, Verdict: x.Verdict, Interval: x.Interval, Reason: x.Reason,
+				Published: x.Published, Comparison: x.Comparison, ComparisonReason: x.ComparisonReason}
 			for _, val := range x.Values {
 				dv.Values = append(dv.Values, cmp.Or(val, "—"))
 			}

@@ -489,23 +489,41 @@ func failedLines(atts []dashboard.Attempt) string {
 	return b.String()
 }
 
-// writeEvalResults prints an evaluation's boards and per-task results.
+// writeEvalResults prints an evaluation's boards (its own runs) and
+// per-task results, in the pages' words: a row without a validated run
+// has no accuracy ("-"); cross-checked is validated of graded,
+// replay-verified of a model-driven row's validated tasks, awaiting
+// cross-check and pending the row's own counts.
 func writeEvalResults(w io.Writer, d dashboard.EvaluationDetail) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	pct := func(v *float64) string {
+		if v == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f%%", 100**v)
+	}
 	for _, b := range d.Boards {
 		fmt.Fprintf(tw, "%s %s (%s)\n", b.Suite, b.Variant, b.Scoring)
-		fmt.Fprintln(tw, "AGENT\tMODEL\tACCURACY\tMIN-MAX\tRUNS\tCOST/RUN\tTOKENS/RUN\tWALL/RUN\tVERIFIED")
+		fmt.Fprintln(tw, "AGENT\tMODEL\tACCURACY\tMIN-MAX\tWRITTEN\tVISION\tRUNS\tCOST/RUN\tTOKENS/RUN\tWALL/RUN\tCROSS-CHECKED\tREPLAY-VERIFIED\tAWAITING CROSS-CHECK\tPENDING")
 		for _, r := range b.Rows {
 			cost := "-"
 			if r.CostUSD != nil {
 				cost = fmt.Sprintf("$%.4f", *r.CostUSD)
 			}
-			acc, span := "-", "-" // no validated run: no accuracy (not 0%)
-			if r.Runs > 0 {
-				acc, span = fmt.Sprintf("%.1f%%", 100*r.Accuracy), fmt.Sprintf("%.1f-%.1f%%", 100*r.AccuracyMin, 100*r.AccuracyMax)
+			acc, span, tokens, wall := "-", "-", "-", "-"
+			if r.HasAccuracy() {
+				acc, span = pct(&r.Accuracy), fmt.Sprintf("%.1f-%.1f%%", 100*r.AccuracyMin, 100*r.AccuracyMax)
+				tokens, wall = fmt.Sprintf("%.0f", r.Tokens), fmt.Sprintf("%.1fs", r.WallSeconds)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%.0f\t%.1fs\t%.1f%%\n", r.Agent, r.Model, acc, span, r.Runs, cost, r.Tokens,
-				r.WallSeconds, 100*r.VerifiedShare)
+			checked, replayed := "-", "-"
+			if r.Graded() > 0 {
+				checked = fmt.Sprintf("%d/%d", r.Validated, r.Graded())
+			}
+			if r.Sampled > 0 {
+				replayed = fmt.Sprintf("%d/%d", r.ReplayVerified, r.Sampled)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", r.Agent, cmp.Or(r.Model, "-"), acc, span,
+				pct(r.WrittenAccuracy), pct(r.VisionAccuracy), r.Runs, cost, tokens, wall, checked, replayed, r.Unvalidated, r.Pending)
 		}
 		fmt.Fprintln(tw)
 	}
@@ -575,7 +593,7 @@ func runAttempt(ctx context.Context, args []string, stdout, stderr io.Writer) er
 				return printJSON(stdout, l)
 			}
 			fmt.Fprintf(stdout, "outcome %s, exit code %d", l.Outcome, l.ExitCode)
-			if l.Detail != "" {
+			if l.Detail != "" && !l.DetailRepeatsExit() {
 				fmt.Fprintf(stdout, " (%s)", l.Detail)
 			}
 			fmt.Fprintf(stdout, "\n--- stdout\n%s\n--- stderr\n%s\n", strings.TrimRight(l.Stdout, "\n"), strings.TrimRight(l.Stderr, "\n"))

@@ -334,7 +334,7 @@ func (s *State) canonical(work string) *Attempt {
 // suite's when nothing is scored. It also returns the attempt scored.
 func (s *State) unitEntry(t *Attempt, work string, scoring json.RawMessage, model string) (bench.Entry, *Attempt) {
 	e := bench.Entry{Suite: t.Suite, Variant: t.Level, Scoring: scoring, Agent: t.Agent, Model: model, TaskID: t.TaskID,
-		Run: max(t.Run, 1), Status: bench.Pending}
+		Run: max(t.Run, 1), Status: bench.Pending, Eval: t.Eval}
 	w := s.Book.Attempts[work]
 	if w == nil {
 		return e, nil

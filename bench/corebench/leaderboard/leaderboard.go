@@ -98,6 +98,9 @@ type Entry struct {
 	// Verification is bench.Entry.Verification: "verified" when a replay
 	// verified a model-driven run ("": not model-driven).
 	Verification string `json:"verification,omitempty"`
+	// Eval is bench.Entry.Eval: the evaluation the run belongs to (run 1
+	// of two evaluations are two runs).
+	Eval string `json:"eval,omitempty"`
 }
 
 // Validate checks what Build relies on, naming the entry.
@@ -198,7 +201,7 @@ type runAcc struct {
 func Build(entries []Entry) ([]Board, []error) {
 	var errs []error
 	rows := map[rowKey]*Row{}
-	runs := map[rowKey]map[int]*runAcc{}
+	runs := map[rowKey]map[runKey]*runAcc{}
 	for _, e := range entries {
 		if err := e.Validate(); err != nil {
 			errs = append(errs, err)
@@ -209,7 +212,7 @@ func Build(entries []Entry) ([]Board, []error) {
 		if r == nil {
 			r = &Row{Agent: e.Agent, Model: e.Model}
 			rows[k] = r
-			runs[k] = map[int]*runAcc{}
+			runs[k] = map[runKey]*runAcc{}
 		}
 		switch e.Status {
 		case Validated:
@@ -232,10 +235,10 @@ func Build(entries []Entry) ([]Board, []error) {
 				r.ReplayVerified++
 			}
 		}
-		ra := runs[k][e.Run]
+		ra := runs[k][runKey{e.Eval, e.Run}]
 		if ra == nil {
 			ra = &runAcc{costKnown: true}
-			runs[k][e.Run] = ra
+			runs[k][runKey{e.Eval, e.Run}] = ra
 		}
 		s := *e.Score
 		ra.tasks++
@@ -302,15 +305,24 @@ func Build(entries []Entry) ([]Board, []error) {
 	return out, errs
 }
 
-func finishRow(r *Row, byRun map[int]*runAcc) {
+// runKey names a run: its evaluation and its number there (every
+// evaluation numbers its runs from 1: run 1 of two evaluations are two
+// runs).
+type runKey struct {
+	eval string
+	run  int
+}
+
+func finishRow(r *Row, byRun map[runKey]*runAcc) {
 	if graded := r.Validated + r.Unvalidated + r.Inconsistent; graded > 0 {
 		r.ValidatedShare = float64(r.Validated) / float64(graded)
 	}
-	keys := make([]int, 0, len(byRun))
+	keys := make([]runKey, 0, len(byRun))
 	for run := range byRun {
 		keys = append(keys, run)
 	}
-	slices.Sort(keys) // a fixed order keeps the float sums reproducible
+	// A fixed order keeps the float sums reproducible.
+	slices.SortFunc(keys, func(a, b runKey) int { return cmp.Or(cmp.Compare(a.eval, b.eval), cmp.Compare(a.run, b.run)) })
 	var acc, wAcc, vAcc, cost []float64
 	costKnown := true
 	for _, run := range keys {

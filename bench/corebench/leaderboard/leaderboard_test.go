@@ -142,10 +142,17 @@ func TestWriteText(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"core-test, hard level, grader corebench-original v1, strip rule original v1", "ACCURACY", "50%", "$1.00", "2/3", "200s"} {
+	for _, want := range []string{"core-test, hard level, grader corebench-original v1, strip rule original v1", "ACCURACY", "50%", "$1.00", "2/3", "200s",
+		"CROSS-CHECKED", "AWAITING CROSS-CHECK"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
 		}
+	}
+	// The row's last columns: 1 infra failed, 1 awaiting cross-check (its
+	// unvalidated task), 0 pending, as the row's fields say.
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if f := strings.Fields(lines[len(lines)-1]); len(f) < 3 || f[len(f)-3] != "1" || f[len(f)-2] != "1" || f[len(f)-1] != "0" {
+		t.Errorf("row %q: want infra failed 1, awaiting cross-check 1, pending 0", lines[len(lines)-1])
 	}
 	b.Reset()
 	WriteText(&b, nil)
@@ -204,5 +211,22 @@ func TestBuildSamples(t *testing.T) {
 	r := boards[0].Rows[0]
 	if r.Runs != 3 || !approx(r.Accuracy, 2.0/3) || r.AccuracyMin != 0 || r.AccuracyMax != 1 || r.Sampled != 3 || r.ReplayVerified != 1 {
 		t.Fatalf("row %+v: want 3 runs, mean 2/3 in [0, 1], 3 samples of which 1 replay-verified", r)
+	}
+}
+
+// TestTwoEvaluationsTwoRuns: two evaluations of an agent both number their
+// runs from 1; their run 1 are two runs (accuracy per run, then the
+// mean), never one run of both evaluations' tasks.
+func TestTwoEvaluationsTwoRuns(t *testing.T) {
+	a, b := entry("A", "t1", 1, Validated, score(1, 1, 0, 0)), entry("A", "t2", 1, Validated, score(1, 1, 0, 0))
+	c := entry("A", "t1", 1, Validated, score(0, 1, 0, 0))
+	a.Eval, b.Eval, c.Eval = "ev-1", "ev-1", "ev-2"
+	boards, errs := Build([]Entry{a, b, c})
+	if len(errs) != 0 || len(boards) != 1 {
+		t.Fatalf("%v %v", boards, errs)
+	}
+	// ev-1's run 1: 2/2; ev-2's run 1: 0/1; mean 50%, range 0-100%.
+	if r := boards[0].Rows[0]; r.Runs != 2 || r.Accuracy != 0.5 || r.AccuracyMin != 0 || r.AccuracyMax != 1 || *r.CostUSD != 0.75 {
+		t.Fatalf("row %+v", r)
 	}
 }
