@@ -68,8 +68,9 @@ func TestClaudeCodeThroughGateway(t *testing.T) {
 // TestCodexThroughGateway is the same for Codex CLI (the real
 // @openai/codex package and its native linux x64 binary, `codex exec`):
 // OpenAI's Responses API through the gateway, its exec_command function
-// (which also writes report.json: Codex offers apply_patch only to models
-// it knows), cached tokens priced.
+// and apply_patch (called through exec_command, which Codex intercepts
+// and applies itself: it offers apply_patch as a tool only to models it
+// has metadata for), cached tokens priced.
 func TestCodexThroughGateway(t *testing.T) {
 	runCLIAgent(t, cliCase{agent: "codex", model: "scripted-codex", api: gateway.APIOpenAI,
 		baseURL: func(sim string) string { return sim + "/v1" }, script: clisim.Codex, usage: clisim.UsageOpenAI, calls: 3, envKey: "OPENAI_API_KEY"})
