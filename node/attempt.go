@@ -100,6 +100,8 @@ func (n *Node) admit(from peer.ID, a *proto.Assignment) (proto.DeclineCode, stri
 		return proto.DeclineCode_DECLINE_STOPPING, "node is stopping"
 	case n.running[key] != nil:
 		return proto.DeclineCode_DECLINE_UNSPECIFIED, ""
+	case n.draining:
+		return proto.DeclineCode_DECLINE_STOPPING, "node is draining: it takes no new work"
 	case len(n.running) >= n.cfg.Slots:
 		return proto.DeclineCode_DECLINE_BUSY, fmt.Sprintf("no free slot (%d of %d busy)", len(n.running), n.cfg.Slots)
 	}
@@ -116,6 +118,7 @@ func (n *Node) admit(from peer.ID, a *proto.Assignment) (proto.DeclineCode, stri
 			cancel()
 			n.mu.Lock()
 			delete(n.running, key)
+			delete(n.handingBack, key)
 			n.gpus.release(key)
 			n.mu.Unlock()
 			n.signal(n.announceNow)
@@ -216,7 +219,14 @@ func (n *Node) runAttempt(ctx context.Context, coord peer.ID, a *proto.Assignmen
 	}
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			log.Warn("attempt cancelled", "err", err)
+			n.mu.Lock()
+			back := n.handingBack[runKey{coord, id}]
+			n.mu.Unlock()
+			if back {
+				log.Info("attempt stopped: handed back to its coordinator")
+			} else {
+				log.Warn("attempt cancelled", "err", err)
+			}
 			return
 		}
 		log.Error("attempt failed on this node", "err", err)

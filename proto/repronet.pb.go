@@ -1812,7 +1812,11 @@ type LeaseRenewal struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	AttemptId string                 `protobuf:"bytes,1,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
 	// phase is what the node is doing: fetching, preparing, running, reporting.
-	Phase         string `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
+	Phase string `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
+	// hand_back, when set, gives the attempt back instead of renewing it,
+	// saying why (the node is stopping): the coordinator releases the lease
+	// and requeues the attempt at once, without counting it against the node.
+	HandBack      string `protobuf:"bytes,3,opt,name=hand_back,json=handBack,proto3" json:"hand_back,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1861,6 +1865,13 @@ func (x *LeaseRenewal) GetPhase() string {
 	return ""
 }
 
+func (x *LeaseRenewal) GetHandBack() string {
+	if x != nil {
+		return x.HandBack
+	}
+	return ""
+}
+
 // LeaseAck answers a LeaseRenewal.
 type LeaseAck struct {
 	state                   protoimpl.MessageState `protogen:"open.v1"`
@@ -1868,8 +1879,12 @@ type LeaseAck struct {
 	Ok                      bool                   `protobuf:"varint,2,opt,name=ok,proto3" json:"ok,omitempty"`
 	LeaseDeadlineUnixMillis int64                  `protobuf:"varint,3,opt,name=lease_deadline_unix_millis,json=leaseDeadlineUnixMillis,proto3" json:"lease_deadline_unix_millis,omitempty"`
 	Reason                  string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// handed_back confirms a hand_back: the attempt is requeued and the node
+	// must not report it (a coordinator that predates hand-backs never sets
+	// it, and renews the lease instead).
+	HandedBack    bool `protobuf:"varint,5,opt,name=handed_back,json=handedBack,proto3" json:"handed_back,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseAck) Reset() {
@@ -1928,6 +1943,13 @@ func (x *LeaseAck) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *LeaseAck) GetHandedBack() bool {
+	if x != nil {
+		return x.HandedBack
+	}
+	return false
 }
 
 // Usage is what an attempt consumed.
@@ -2667,17 +2689,20 @@ const file_proto_repronet_proto_rawDesc = "" +
 	"\baccepted\x18\x02 \x01(\bR\baccepted\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12,\n" +
 	"\x04code\x18\x04 \x01(\x0e2\x18.repronet.v1.DeclineCodeR\x04code\x12 \n" +
-	"\vincarnation\x18\x05 \x01(\x04R\vincarnation\"C\n" +
+	"\vincarnation\x18\x05 \x01(\x04R\vincarnation\"`\n" +
 	"\fLeaseRenewal\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x14\n" +
-	"\x05phase\x18\x02 \x01(\tR\x05phase\"\x8e\x01\n" +
+	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x1b\n" +
+	"\thand_back\x18\x03 \x01(\tR\bhandBack\"\xaf\x01\n" +
 	"\bLeaseAck\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12;\n" +
 	"\x1alease_deadline_unix_millis\x18\x03 \x01(\x03R\x17leaseDeadlineUnixMillis\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xe1\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vhanded_back\x18\x05 \x01(\bR\n" +
+	"handedBack\"\xe1\x01\n" +
 	"\x05Usage\x12\x1f\n" +
 	"\vcpu_seconds\x18\x01 \x01(\x01R\n" +
 	"cpuSeconds\x12*\n" +
