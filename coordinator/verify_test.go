@@ -83,19 +83,32 @@ func TestBindReason(t *testing.T) {
 		{"a side conversation, then a turn rewritten", side[2].Chain, append(side, rewritten[1]), ans("0.9721"), "otherwise than request 2 did"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, rw := bindReason("at-1", tc.signed, tc.calls, tc.ans)
+			b := bindReason("at-1", tc.signed, tc.calls, tc.ans)
+			got := b.Unbound
+			// Only a head the gateway never gave is evidence against the
+			// node: everything else an agent can cause on an honest node.
+			if foreign := strings.Contains(tc.name, "never gave"); foreign {
+				got = b.Foreign
+				if b.Unbound != "" {
+					t.Fatalf("a foreign head also unbinds the answers: %q", b.Unbound)
+				}
+			} else if b.Foreign != "" {
+				t.Fatalf("evidence against the node %q", b.Foreign)
+			}
 			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
 				t.Fatalf("reason %q, want %q", got, tc.want)
 			}
-			if want := strings.Contains(tc.name, "rewritten"); rw != want {
-				t.Fatalf("rewritten %v, want %v", rw, want)
+			if want := strings.Contains(tc.name, "rewritten"); b.Rewritten != want {
+				t.Fatalf("rewritten %v, want %v", b.Rewritten, want)
 			}
 		})
 	}
 }
 
-// TestUnboundIsInvalid: an unbound result is an invalid replica (not
-// counted, marking the node's record), never valid evidence.
+// TestUnboundIsInvalid: evidence only a node can produce (a chain head
+// the gateway never gave, carried in crosscheck.Evidence.Unbound) makes an
+// invalid replica (not counted, marking the node's record). Unbound
+// answers are not given to the cross-check (core.Scored.Unbound).
 func TestUnboundIsInvalid(t *testing.T) {
 	e := crosscheck.Evidence{Outcome: "ok", StartedMillis: 1_000, FinishedMillis: 11_000, WallSeconds: 10, CPUSeconds: 5}
 	if v, why := crosscheck.CheckEvidence(crosscheck.DefaultPolicy(), crosscheck.Work{ID: "u"}, e); v != "" {

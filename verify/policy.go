@@ -55,6 +55,12 @@ type Record struct {
 	// trajectories with a rewritten conversation.
 	Unbound  int `json:"unbound"`
 	Rewrites int `json:"rewrites"`
+	// Outvoted counts its replays of others' work that differed where two
+	// other replays agreed with the recording. It resets the clean run (its
+	// own work is replayed more) but never quarantines alone: honest
+	// low-entropy noise (a coin flip an agent prints) can outvote an
+	// honest replayer, and a submitter can cause that.
+	Outvoted int `json:"outvoted,omitempty"`
 	// Quarantined says why the node was quarantined by verification.
 	Quarantined string `json:"quarantined,omitempty"`
 }
@@ -77,6 +83,8 @@ type Event struct {
 	// Unbound answers and rewrite findings of the attempt's report.
 	Unbound  []string
 	Rewrites []Finding
+	// Outvoted: the node's replay of another's attempt was outvoted.
+	Outvoted int
 }
 
 // Apply returns the record after e, and a reason to quarantine the node
@@ -103,6 +111,10 @@ func (p Policy) Apply(r Record, e Event) (Record, string) {
 	}
 	if len(e.Rewrites) > 0 {
 		r.Rewrites++
+		r.CleanRun = 0
+	}
+	if e.Outvoted > 0 {
+		r.Outvoted += e.Outvoted
 		r.CleanRun = 0
 	}
 	why := ""

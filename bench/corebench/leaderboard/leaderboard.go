@@ -159,6 +159,10 @@ type Row struct {
 	// others are shown as unverified.
 	Sampled        int `json:"sampled,omitempty"`
 	ReplayVerified int `json:"replay_verified,omitempty"`
+	// Unbound counts the runs whose answers were found in no model output
+	// or tool result of their trajectory (the agent's doing unless replays
+	// show otherwise): counted as attempted, never as correct.
+	Unbound int `json:"unbound,omitempty"`
 }
 
 // Board is one leaderboard: a suite, a level and one scoring. Rows are
@@ -232,6 +236,10 @@ func Build(entries []Entry) ([]Board, []error) {
 				r.ReplayVerified++
 			}
 		}
+		unbound := e.Verification == "unbound" || e.Verification == "forged"
+		if unbound {
+			r.Unbound++
+		}
 		ra := runs[k][e.Run]
 		if ra == nil {
 			ra = &runAcc{costKnown: true}
@@ -240,19 +248,19 @@ func Build(entries []Entry) ([]Board, []error) {
 		s := *e.Score
 		ra.tasks++
 		r.Tasks++
-		if s.TaskCorrect {
+		if s.TaskCorrect && !unbound {
 			ra.correct++
 			r.Correct++
 		}
 		if s.TotalWrittenQuestions > 0 {
 			ra.wN++
-			if s.WrittenCorrect() {
+			if s.WrittenCorrect() && !unbound {
 				ra.wOK++
 			}
 		}
 		if s.TotalVisionQuestions > 0 {
 			ra.vN++
-			if s.VisionCorrect() {
+			if s.VisionCorrect() && !unbound {
 				ra.vOK++
 			}
 		}
