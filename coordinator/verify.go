@@ -84,35 +84,50 @@ func (c *Coordinator) answersOf(ctx context.Context, a core.Attempt) ([]verify.A
 	var answers []verify.Answer
 	var bad []string
 	for _, o := range a.Outputs {
-		isJSON := strings.HasSuffix(strings.ToLower(o.Path), ".json")
 		if o.CID == "" {
 			continue
 		}
 		b, err := c.readOutput(ctx, o, maxBoundOutput)
-		switch {
-		case err != nil && !errors.Is(err, bench.ErrNotReturned):
+		if err != nil && !errors.Is(err, bench.ErrNotReturned) {
 			return nil, "", err
-		case err != nil && isJSON:
-			bad = append(bad, fmt.Sprintf("%s cannot be read (%v)", o.Path, err))
-			continue
-		case err != nil:
-			continue // too large or not a file: not answers
 		}
-		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(b, &fields); err != nil {
-			if isJSON {
-				bad = append(bad, fmt.Sprintf("%s is not a JSON object binding can read (%v)", o.Path, err))
-			}
-			continue
-		}
-		for _, k := range slices.Sorted(maps.Keys(fields)) {
-			answers = append(answers, verify.Answer{Name: o.Path + "#" + k, Value: fields[k]})
+		as, why := outputAnswers(o.Path, b, err)
+		answers = append(answers, as...)
+		if why != "" {
+			bad = append(bad, why)
 		}
 	}
 	if len(bad) > 0 {
 		return answers, "outputs binding cannot read: " + strings.Join(bad, "; "), nil
 	}
 	return answers, "", nil
+}
+
+// outputAnswers reads the answers of one returned output (its bytes, or
+// why they could not be read): the top-level fields of a JSON object,
+// named path#field. An output named *.json that cannot be read, or is not
+// a JSON object Go can decode (a NaN, a truncated file), gives why; other
+// outputs that are not JSON objects hold no answers.
+func outputAnswers(path string, b []byte, readErr error) ([]verify.Answer, string) {
+	isJSON := strings.HasSuffix(strings.ToLower(path), ".json")
+	if readErr != nil {
+		if isJSON {
+			return nil, fmt.Sprintf("%s cannot be read (%v)", path, readErr)
+		}
+		return nil, "" // too large or not a file: not answers
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil || fields == nil {
+		if isJSON {
+			return nil, fmt.Sprintf("%s is not a JSON object binding can read (%v)", path, cmp.Or(err, errors.New("null")))
+		}
+		return nil, ""
+	}
+	var out []verify.Answer
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		out = append(out, verify.Answer{Name: path + "#" + k, Value: fields[k]})
+	}
+	return out, ""
 }
 
 // judgePrefix names a judging job in the scoring queue.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 
+	"github.com/repronet/repronet/bench"
 	"github.com/repronet/repronet/coordinator/core"
 	"github.com/repronet/repronet/coordinator/crosscheck"
 	"github.com/repronet/repronet/gateway"
@@ -264,5 +265,33 @@ func TestReplayConversations(t *testing.T) {
 	}
 	if replays < len(atts) || len(sim.Requests()) != calls || calls != 3*len(atts) {
 		t.Fatalf("%d replays of %d attempts; the provider got %d calls, %d of them during the replays", replays, len(atts), len(sim.Requests()), len(sim.Requests())-calls)
+	}
+}
+
+// TestOutputAnswers: an output binding cannot read is an invalid report,
+// not an empty one (issue 25.5): a NaN Go's JSON refuses hid a planted
+// answer from binding while the grader still scored it.
+func TestOutputAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, data string
+		readErr          error
+		answers          int
+		invalid          bool
+	}{
+		{"report.json", "report.json", `{"acc": 0.93, "method": "ridge"}`, nil, 2, false},
+		{"a NaN", "report.json", `{"acc": NaN, "method": "ridge"}`, nil, 0, true},
+		{"truncated", "report.json", `{"acc": 0.9`, nil, 0, true},
+		{"a list", "report.json", `[1, 2]`, nil, 0, true},
+		{"null", "report.json", `null`, nil, 0, true},
+		{"too large", "report.json", "", fmt.Errorf("report.json: %w: over 1048576 bytes", bench.ErrNotReturned), 0, true},
+		{"plain text holds no JSON answers", "answer.txt", "42", nil, 0, false},
+		{"a large log", "log.txt", "", fmt.Errorf("log.txt: %w: over 1048576 bytes", bench.ErrNotReturned), 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			as, why := outputAnswers(tc.path, []byte(tc.data), tc.readErr)
+			if len(as) != tc.answers || (why != "") != tc.invalid {
+				t.Fatalf("answers %v, why %q; want %d answers, invalid %v", as, why, tc.answers, tc.invalid)
+			}
+		})
 	}
 }
