@@ -36,12 +36,15 @@ func TestStepUnboundAttribution(t *testing.T) {
 		name string
 		// replays' own binding: "" bound, else why not.
 		replays     []string
+		verdict     verify.Verdict
 		state       string
 		quarantined bool
 	}{
-		{"the replay is unbound too: the agent's", []string{"answers report.json#q are found in no model output"}, VerifyUnbound, false},
-		{"one replay binds, the second does not: the agent's", []string{"", "answers report.json#q unbound"}, VerifyUnbound, false},
-		{"two replays bind where the recording does not: the node's", []string{"", ""}, string(verify.Forged), true},
+		{"the replay is unbound too: the agent's", []string{"answers report.json#q are found in no model output"}, verify.Verified, VerifyUnbound, false},
+		{"one replay binds, the second does not: the agent's", []string{"", "answers report.json#q unbound"}, verify.Verified, VerifyUnbound, false},
+		{"two replays bind where the recording does not: the node's", []string{"", ""}, verify.Verified, string(verify.Forged), true},
+		{"two replays bind and differ alike from the recording: the node's", []string{"", ""}, verify.Forged, string(verify.Forged), true},
+		{"two replays bind but diverge from each other: the agent's", []string{"", ""}, verify.Nondeterministic, VerifyUnbound, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -61,7 +64,7 @@ func TestStepUnboundAttribution(t *testing.T) {
 				node := []string{"n2", "n3"}[i]
 				h.runOn(r.ID, node)
 				ids = append(ids, r.ID)
-				h.step(Judged{Attempt: a.ID, Replays: ids, Unbound: tc.replays[:i+1], Judgement: verify.Judgement{Verdict: verify.Verified}})
+				h.step(Judged{Attempt: a.ID, Replays: ids, Unbound: tc.replays[:i+1], Judgement: verify.Judgement{Verdict: tc.verdict}})
 				_ = why
 			}
 			for _, x := range h.s.Queue {

@@ -224,7 +224,7 @@ func (s *State) judged(e Judged) {
 		s.persistAttempt(r)
 	}
 	if a.Verification.Attributing {
-		s.attributed(a, reps, e.Unbound)
+		s.attributed(a, reps, e.Unbound, e.Judgement.Verdict)
 		return
 	}
 	j := e.Judgement
@@ -286,12 +286,16 @@ func (s *State) independent(a *Attempt, reps []*Attempt) string {
 }
 
 // attributed decides whom an unbound result charges, from its replays'
-// own binding (unbound: each replay's reason, "" when bound): a replay
-// unbound too shows the agent's doing (final: the agent's result, no one
-// else charged); two bound replays from distinct admitted operators show
-// that the node edited what the agent returned (the result is forged,
-// the node quarantined).
-func (s *State) attributed(a *Attempt, reps []*Attempt, unbound []string) {
+// own binding (unbound: each replay's reason, "" when bound) and how
+// they compare with the recording (verdict): a replay unbound too shows
+// the agent's doing (final: the agent's result, no one else charged); two
+// bound replays from distinct admitted operators that make the same calls
+// as each other (verdict verified, or forged: both differ alike from the
+// recording, as when the node rewrote a conversation) show that the node
+// changed what the agent did or returned (the result is forged, the node
+// quarantined). Replays that diverge from each other (nondeterministic)
+// cannot testify: the agent's result.
+func (s *State) attributed(a *Attempt, reps []*Attempt, unbound []string, verdict verify.Verdict) {
 	v := a.Verification
 	if len(unbound) != len(reps) {
 		unbound = make([]string, len(reps)) // an older shell: read as bound
@@ -313,6 +317,12 @@ func (s *State) attributed(a *Attempt, reps []*Attempt, unbound []string) {
 		}
 		v.Attributing = false
 		v.Reason += "; its replays bind, but " + why + ": no node charged"
+		s.persistAttempt(a)
+		return
+	}
+	if verdict != verify.Verified && verdict != verify.Forged {
+		v.Attributing = false
+		v.Reason += fmt.Sprintf("; its replays bind but do not reproduce the same calls (%s): the agent's doing, no node charged", verdict)
 		s.persistAttempt(a)
 		return
 	}
