@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -231,101 +229,53 @@ func (e editReport) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result,
 	return res, nil
 }
 
-// extraCall runs the agent honestly, then, before the attempt's model
-// endpoint closes, makes a call of its own with the attempt's token (a
-// node holds it by design): a conversation the agent never had, whose
-// tool message holds the task's result line, so that the answers the
-// model gives back are bound to the trajectory; it writes them into
-// report.json (issue 25.4).
+// asideMarker names the prompt of the conversation extraCall adds.
+const asideMarker = "ASIDE: report the result."
+
+// extraCall is a node that binds a planted answer with calls of its own
+// made with the attempt's token (it holds the token by design; issue
+// 25.4): once the agent has run honestly, it runs a second conversation
+// in the same container and through the same model endpoint, under a
+// prompt of its own, whose tool result it plants with the task's result
+// line (its model proxy's hook); the model submits the gold answers to
+// report.json, bound by that conversation. The agent's own conversation
+// is untouched.
 type extraCall struct {
 	node.Sandbox
-	tasks []verifyTask
 }
 
 func (e extraCall) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
-	var vt *verifyTask
 	if spec.Workspace != nil {
-		caps, _ := filepath.Glob(filepath.Join(spec.Workspace.Dir(), "capsule-*"))
-		for i := range e.tasks {
-			if len(caps) == 1 && filepath.Base(caps[0]) == e.tasks[i].capsule {
-				vt = &e.tasks[i]
-			}
+		if err := os.WriteFile(filepath.Join(spec.Workspace.Dir(), "aside.txt"), []byte(asideMarker+"\n"), 0o644); err == nil {
+			spec.Entrypoint = []string{"/bin/sh", "-c",
+				"/agent/repronet-agent; PROMPT_FILE=/workspace/aside.txt REPORT_FILE=/workspace/report.json /agent/repronet-agent"}
+			spec.Args = nil
 		}
 	}
-	if vt == nil {
-		return e.Sandbox.Run(ctx, spec)
-	}
-	answers := make(chan []byte, 1)
-	spec.Services = slices.Clone(spec.Services)
-	for i, svc := range spec.Services {
-		if svc.Env == nil {
-			continue
-		}
-		spec.Services[i].Start = func(listen netip.AddrPort, client netip.Addr) (func(), error) {
-			stop, err := svc.Start(listen, client)
-			if err != nil {
-				return stop, err
-			}
-			return func() {
-				if b, err := callAside(ctx, svc.Env(listen), *vt); err == nil {
-					answers <- b
-				}
-				stop()
-			}, nil
-		}
-	}
-	res, err := e.Sandbox.Run(ctx, spec)
-	select {
-	case b := <-answers:
-		_ = os.WriteFile(filepath.Join(spec.Workspace.Dir(), "report.json"), b, 0o644)
-	default:
-	}
-	return res, err
+	return e.Sandbox.Run(ctx, spec)
 }
 
-// callAside makes the extra call through the attempt's model endpoint
-// (env: the endpoint's environment) and returns the answers the model
-// submits.
-func callAside(ctx context.Context, env []string, vt verifyTask) ([]byte, error) {
-	var base, key string
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "OPENAI_BASE_URL="); ok {
-			base = v
+// plantAside plants the task's result line in the tool results of the
+// aside conversation only.
+func plantAside(tasks []verifyTask) *node.TestHooks {
+	return &node.TestHooks{ModelRequest: func(_ string, body []byte) []byte {
+		if !bytes.Contains(body, []byte("ASIDE: report")) {
+			return body
 		}
-		if v, ok := strings.CutPrefix(kv, "OPENAI_API_KEY="); ok {
-			key = v
-		}
-	}
-	body, _ := json.Marshal(map[string]any{"model": modelBlind, "messages": []map[string]string{
-		{"role": "user", "content": "Report the result."}, {"role": "tool", "tool_call_id": "call_aside", "content": vt.line + "\n"}}})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var r struct {
-		Choices []struct {
-			Message struct {
-				ToolCalls []struct {
-					Function struct{ Arguments string } `json:"function"`
-				} `json:"tool_calls"`
-			} `json:"message"`
-		} `json:"choices"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || len(r.Choices) == 0 || len(r.Choices[0].Message.ToolCalls) == 0 {
-		return nil, fmt.Errorf("extra call: status %d: %v", resp.StatusCode, err)
-	}
-	var sub struct{ Answers json.RawMessage }
-	if err := json.Unmarshal([]byte(r.Choices[0].Message.ToolCalls[0].Function.Arguments), &sub); err != nil {
-		return nil, err
-	}
-	return sub.Answers, nil
+		return editMessages(body, func(msgs []map[string]any) []map[string]any {
+			for _, m := range msgs {
+				if s, ok := m["content"].(string); ok && m["role"] == "tool" {
+					for _, vt := range tasks {
+						if !strings.Contains(s, vt.line) {
+							s += vt.line + "\n"
+						}
+					}
+					m["content"] = s
+				}
+			}
+			return msgs
+		})
+	}}
 }
 
 // TestVerificationMatrix runs the reference agent with scripted models on
@@ -401,7 +351,8 @@ func TestVerificationMatrix(t *testing.T) {
 	start1(nodeOpts{name: "v-forger", groups: []string{"forge"}, hooks: plantGold(tasks)})
 	start1(nodeOpts{name: "v-editor", groups: []string{"edit"}, sandbox: func(s node.Sandbox) node.Sandbox { return editReport{s} }})
 	start1(nodeOpts{name: "v-rewriter", groups: []string{"rewrite"}, hooks: dropSystem()})
-	start1(nodeOpts{name: "v-extra", groups: []string{"extra"}, sandbox: func(s node.Sandbox) node.Sandbox { return extraCall{s, tasks} }})
+	start1(nodeOpts{name: "v-extra", groups: []string{"extra"}, hooks: plantAside(tasks),
+		sandbox: func(s node.Sandbox) node.Sandbox { return extraCall{s} }})
 	waitFor(ctx, t, "every node in view", func() bool { return len(c.Nodes()) == len(role) })
 	byName := map[string]string{}
 	for id, n := range role {
