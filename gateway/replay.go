@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -163,6 +164,15 @@ func (st *replayState) load(ctx context.Context, rec Recorder, grant Grant) erro
 	if err != nil {
 		return err
 	}
+	if grant.ReplayLease != "" {
+		// Only the counted assignment's calls: what the judge compares
+		// and binding reads (an abandoned assignment's are never served).
+		recorded = slices.DeleteFunc(recorded, func(c TrajectoryCall) bool { return c.Lease != grant.ReplayLease })
+	}
+	index := make(map[int]int, len(recorded)) // Seq -> matcher index
+	for i, c := range recorded {
+		index[c.Seq] = i
+	}
 	done, err := LoadTrajectory(ctx, rec, grant.Attempt)
 	if err != nil {
 		return err
@@ -177,7 +187,11 @@ func (st *replayState) load(ctx context.Context, rec Recorder, grant Grant) erro
 		if !strings.HasPrefix(d.ReplayOf, prefix) || err != nil {
 			return fmt.Errorf("replay %s: call %d replays %q, not a call of %s", grant.Attempt, d.Seq, d.ReplayOf, grant.Replay)
 		}
-		if err := m.Resume(verify.Exchange{API: d.API, Model: d.Model, Request: d.RequestBody}, seq); err != nil {
+		i, ok := index[seq]
+		if !ok {
+			return fmt.Errorf("replay %s: call %d replays %q, not a call of the counted assignment", grant.Attempt, d.Seq, d.ReplayOf)
+		}
+		if err := m.Resume(verify.Exchange{API: d.API, Model: d.Model, Request: d.RequestBody}, i); err != nil {
 			return fmt.Errorf("replay %s: call %d: %w", grant.Attempt, d.Seq, err)
 		}
 	}

@@ -523,3 +523,34 @@ func TestBudgetCapParallel(t *testing.T) {
 	}
 	t.Logf("%d conversations at once: %d calls answered, $%.4f spent of $%.2f", convs, total, s.USDValue(), budget.USDValue())
 }
+
+// TestReplayCountedLease: a replay is served the recorded attempt's
+// counted assignment only (Grant.ReplayLease): the calls of an earlier,
+// abandoned assignment are never given, even where they would pair first
+// (issue 25.6).
+func TestReplayCountedLease(t *testing.T) {
+	r := newRig(t, agentScriptChat(), nil)
+	first, second := agentTurns()
+	abandoned := r.grant(t, "at-1", gateway.USD, func(g *gateway.Grant) { g.Lease = "l1" })
+	counted := r.grant(t, "at-1", gateway.USD, func(g *gateway.Grant) { g.Lease = "l2" })
+	callChain(t, r.srv.URL, abandoned, first)
+	for _, body := range []map[string]any{first, second} {
+		if status, out, _ := callChain(t, r.srv.URL, counted, body); status != http.StatusOK {
+			t.Fatalf("recording: %d %s", status, out)
+		}
+	}
+	rtok := r.grant(t, "rp-1", gateway.USD, func(g *gateway.Grant) { g.Replay, g.ReplayLease = "at-1", "l2" })
+	for _, body := range []map[string]any{first, second} {
+		if status, out, _ := callChain(t, r.srv.URL, rtok, body); status != http.StatusOK {
+			t.Fatalf("replayed call: %d %s", status, out)
+		}
+	}
+	status, out, _ := callChain(t, r.srv.URL, rtok, first)
+	if status != http.StatusConflict {
+		t.Fatalf("a third call, with only the abandoned assignment's left: %d %s", status, out)
+	}
+	traj := trajectory(t, r, "rp-1")
+	if len(traj) != 3 || traj[0].ReplayOf != "at-1/1" || traj[1].ReplayOf != "at-1/2" || traj[2].Refused != gateway.RefusedReplayExhausted {
+		t.Fatalf("replay records %+v: want at-1/1 and at-1/2 (the counted assignment's), then refused", traj)
+	}
+}

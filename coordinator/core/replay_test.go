@@ -115,8 +115,8 @@ func TestStepReplayPlacedApart(t *testing.T) {
 	}
 	h.accept(o[0])
 	g, ok := h.s.GrantOf(r.ID, LeaseID(r), h.now)
-	if !ok || g.Replay != a.ID || g.Node != "n2" {
-		t.Fatalf("the replay's grant %+v does not name the recorded attempt %s", g, a.ID)
+	if !ok || g.Replay != a.ID || g.Node != "n2" || g.ReplayLease == "" || g.ReplayLease != h.s.LeaseOf(a.ID, "n1") {
+		t.Fatalf("the replay's grant %+v does not name the recorded attempt %s and its counted assignment", g, a.ID)
 	}
 	if g, ok := h.s.GrantOf(a.ID, LeaseID(a), h.now); ok {
 		t.Fatalf("a done attempt still has a grant: %+v", g)
