@@ -17,12 +17,18 @@ type Policy struct {
 	Floor             float64   `json:"floor"`
 	MarksToQuarantine int       `json:"marks_to_quarantine"`
 	Tolerance         Tolerance `json:"tolerance"`
+	// ReplayScored: a result with a positive score (a correct answer: what
+	// raises an agent's standing) is replayed whatever the node's rate, so
+	// that a patient forger's forgeries that pay are always replayed
+	// (issue 25.10; docs/verification.md, "Patience").
+	ReplayScored bool `json:"replay_scored,omitempty"`
 }
 
 // DefaultPolicy: every attempt of a new node replayed, one in twenty at
-// the floor (reached after 19 clean replays), quarantine at 3 marks.
+// the floor (reached after 19 clean replays), quarantine at 3 marks,
+// every result with a positive score replayed.
 func DefaultPolicy() Policy {
-	return Policy{NewNodeRate: 1, Floor: 0.05, MarksToQuarantine: 3, Tolerance: DefaultTolerance()}
+	return Policy{NewNodeRate: 1, Floor: 0.05, MarksToQuarantine: 3, Tolerance: DefaultTolerance(), ReplayScored: true}
 }
 
 // Validate checks the policy, naming the bad field.

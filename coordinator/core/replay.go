@@ -140,6 +140,11 @@ func (s *State) verifyScored(a *Attempt, unbound string, rewritten bool, nodeEvi
 		return
 	}
 	rate := s.cfg.Verify.Rate(rec.Verify)
+	if s.cfg.Verify.ReplayScored && a.Score != nil && a.Score.Value > 0 {
+		a.Verification = &Verification{State: VerifyPending, Reason: fmt.Sprintf("a result with a positive score is replayed whatever the node's rate (%.2f)", rate)}
+		s.newReplay(a)
+		return
+	}
 	if !s.cfg.Verify.ShouldReplay(rec.Verify, s.rng.Float64()) {
 		a.Verification = &Verification{State: VerifyNotDrawn, Reason: fmt.Sprintf("not drawn for a replay (node's rate %.2f)", rate)}
 		return
@@ -166,6 +171,18 @@ func (s *State) newReplay(a *Attempt) *Attempt {
 	s.wake()
 	s.log.Info("replay queued", "attempt", r.ID, "replays", a.ID, "recorded_by", a.ReportedBy, "nth", len(a.Verification.Replays))
 	return r
+}
+
+// revokeReplays takes back the replays assigned to a node just
+// quarantined and queues them elsewhere (the book takes back its own
+// jobs): a replay must not wait for a lease to lapse on a node whose
+// reports no longer count.
+func (s *State) revokeReplays(node string) {
+	for _, id := range sortedIDs(s.Attempts) {
+		if a := s.Attempts[id]; a.Kind == KindReplay && a.State == StateAssigned && a.Node == node {
+			s.revokeJob(id)
+		}
+	}
 }
 
 // booked reports whether a is the cross-check's work (every attempt but

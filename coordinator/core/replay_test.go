@@ -291,7 +291,7 @@ func TestStepReplayRate(t *testing.T) {
 		for _, id := range slices.Clone(h.s.Queue) {
 			a := h.s.Attempts[id]
 			h.runOn(id, "n1")
-			h.score(id, true)
+			h.score(id, false) // a positive score is replayed whatever the rate
 			order = append(order, a.Verification.State)
 			if a.Verification.State != VerifyPending {
 				continue
@@ -548,6 +548,11 @@ func TestReplaySimulation(t *testing.T) {
 			if c := h.s.canonical(id); c != nil && forged[c.ID] {
 				left++
 			}
+		}
+		// Every forged result here scores (a forgery that pays): replayed
+		// whatever the rate (Policy.ReplayScored), none is left.
+		if left != 0 {
+			t.Fatalf("seed %d: %d forged results left on the board", seed, left)
 		}
 		t.Logf("seed %d: %d runs, %d attempts, %d replays (%.2f per attempt); forging nodes quarantined: always %d/2, one in five %d/2; "+
 			"%d honest attempts judged nondeterministic, no honest node penalised; %d forged results of %d left on the board",
