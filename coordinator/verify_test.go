@@ -295,3 +295,24 @@ func TestOutputAnswers(t *testing.T) {
 		})
 	}
 }
+
+// FuzzOutputAnswers: whatever a node returns as report.json, reading its
+// answers never panics, and an output named *.json either gives answers
+// whose values are JSON or says why it cannot be read.
+func FuzzOutputAnswers(f *testing.F) {
+	for _, s := range []string{`{"acc": 0.93}`, `{"acc": NaN}`, `{"a": {"b": [1, "x"]}}`, `[1]`, `null`, `{`, "\xff", `{"a":1e999}`} {
+		f.Add("report.json", []byte(s))
+		f.Add("answer.txt", []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, path string, b []byte) {
+		as, why := outputAnswers(path, b, nil)
+		if why != "" && len(as) != 0 {
+			t.Fatalf("answers %v beside %q", as, why)
+		}
+		for _, a := range as {
+			if !json.Valid(a.Value) {
+				t.Fatalf("answer %s holds no JSON: %q", a.Name, a.Value)
+			}
+		}
+	})
+}

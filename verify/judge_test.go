@@ -97,3 +97,27 @@ func TestNormaliserKeepsAnswers(t *testing.T) {
 		}
 	}
 }
+
+// FuzzJudge: whatever bodies a recording and a replay hold (a node sends
+// them), judging never panics and gives a known verdict.
+func FuzzJudge(f *testing.F) {
+	ex := honest.exchanges()
+	for i := range ex {
+		f.Add(ex[i].Request, ex[i].Response, `{"acc": 0.9346}`)
+	}
+	f.Add([]byte(`{"messages":[{"role":"tool","content":"12.5 s 2026-11-24"}]}`), []byte(`{}`), `"12.5 s"`)
+	f.Fuzz(func(t *testing.T, req, resp []byte, answer string) {
+		rec := honest.exchanges()
+		rec[1] = verify.Exchange{API: verify.APIOpenAIChat, Request: req, Response: resp}
+		rep := honest.exchanges()
+		for _, reps := range [][][]verify.Exchange{{rep}, {rep, rec}, {rec, rep, rep}} {
+			j := verify.JudgeAll(verify.JudgeInput{Recorded: rec, Answers: answers("a", answer), Replays: reps,
+				ReplayAnswers: make([][]verify.Answer, len(reps)), Tolerance: verify.DefaultTolerance()})
+			switch j.Verdict {
+			case verify.Verified, verify.NeedsReplay, verify.Forged, verify.Nondeterministic:
+			default:
+				t.Fatalf("verdict %q", j.Verdict)
+			}
+		}
+	})
+}
