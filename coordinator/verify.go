@@ -195,10 +195,26 @@ func (c *Coordinator) judge(ctx context.Context, id string) (core.Judged, bool) 
 		ev.Err = err.Error()
 		return ev, true
 	}
-	ev.Judgement = verify.JudgeAll(verify.JudgeInput{Recorded: recorded, Answers: answers, Replays: replays,
-		ReplayAnswers: replayAnswers, Tolerance: tol})
+	in := verify.JudgeInput{Recorded: recorded, Answers: answers, Replays: replays, ReplayAnswers: replayAnswers,
+		Outputs: outputCIDs(a), Tolerance: tol}
+	for _, r := range reps {
+		in.ReplayOutputs = append(in.ReplayOutputs, outputCIDs(r))
+	}
+	ev.Judgement = verify.JudgeAll(in)
 	ev.Judgement.Comparisons = nil // what the core keeps is the verdict
 	return ev, true
+}
+
+// outputCIDs names an attempt's returned outputs by content (those not
+// returned are left out).
+func outputCIDs(a core.Attempt) map[string]string {
+	out := map[string]string{}
+	for _, o := range a.Outputs {
+		if o.CID != "" && o.Error == "" {
+			out[o.Path] = o.CID
+		}
+	}
+	return out
 }
 
 // leaseExchanges are the recorded exchanges of one assignment (lease) of

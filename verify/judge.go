@@ -24,6 +24,13 @@ type JudgeInput struct {
 	// are compared with Answers when the recorded run made no answered
 	// model call: such a run's replay is a replica.
 	ReplayAnswers [][]Answer
+	// Outputs and ReplayOutputs name each returned output's content (path
+	// to content address) of the recorded attempt and of each replay (nil:
+	// not known). For a run without model calls, outputs that hold no
+	// answers binding can read (directories, tarballs, text) are compared
+	// by content: a replica's outputs.
+	Outputs       map[string]string
+	ReplayOutputs []map[string]string
 	Tolerance     Tolerance
 }
 
@@ -250,10 +257,19 @@ func judgeItems(in JudgeInput, cs []Comparison, recs map[ToolRef]string, reps []
 			items = append(items, it)
 		}
 	}
+	if answered == 0 && in.Outputs != nil && len(in.ReplayOutputs) == n {
+		for _, path := range sortedKeys(in.Outputs) {
+			it := item{what: "output " + path, rec: in.Outputs[path], reps: make([]string, n), has: make([]bool, n), structural: true}
+			for i := range n {
+				it.reps[i], it.has[i] = in.ReplayOutputs[i][path]
+			}
+			items = append(items, it)
+		}
+	}
 	return items
 }
 
-func sortedKeys(m map[string]bool) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	var out []string
 	for k := range m {
 		out = append(out, k)

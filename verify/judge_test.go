@@ -121,3 +121,30 @@ func FuzzJudge(f *testing.F) {
 		}
 	})
 }
+
+// TestJudgeReplicaOutputs: a run without model calls (PaperBench's
+// reproduction stage, an agent that answers without its model) is
+// replayed as a replica, and outputs binding cannot read (tarballs,
+// directories) are compared by content (issue 25.1, 25.7).
+func TestJudgeReplicaOutputs(t *testing.T) {
+	rec := map[string]string{"submission.tar": "bafyA"}
+	for _, tc := range []struct {
+		name    string
+		replays []map[string]string
+		want    verify.Verdict
+	}{
+		{"reproduced", []map[string]string{{"submission.tar": "bafyA"}}, verify.Verified},
+		{"one replica differs", []map[string]string{{"submission.tar": "bafyB"}}, verify.NeedsReplay},
+		{"two replicas agree against it", []map[string]string{{"submission.tar": "bafyB"}, {"submission.tar": "bafyB"}}, verify.Forged},
+		{"replicas differ from each other", []map[string]string{{"submission.tar": "bafyB"}, {"submission.tar": "bafyC"}}, verify.Nondeterministic},
+		{"a replica returned nothing, two others agree with it", []map[string]string{{}, {"submission.tar": "bafyA"}, {"submission.tar": "bafyA"}}, verify.Verified},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := verify.JudgeInput{Outputs: rec, ReplayOutputs: tc.replays, Replays: make([][]verify.Exchange, len(tc.replays)),
+				Tolerance: verify.DefaultTolerance()}
+			if j := verify.JudgeAll(in); j.Verdict != tc.want {
+				t.Fatalf("verdict %s (%s), want %s", j.Verdict, j.Reason, tc.want)
+			}
+		})
+	}
+}
