@@ -255,6 +255,11 @@ type Entry struct {
 	// state (not drawn, not replayable, nondeterministic, pending...), all
 	// shown as unverified.
 	Verification string `json:"verification,omitempty"`
+	// Eval names the evaluation the run belongs to (every evaluation
+	// numbers its runs from 1: run 1 of two evaluations are two runs). The
+	// public reads an opaque label of it, the same for every entry of one
+	// evaluation.
+	Eval string `json:"eval,omitempty"`
 }
 
 // Registry holds the families a binary knows, by name.

@@ -47,7 +47,8 @@ type Check struct {
 	Files []string `json:"files"`
 	// Dirs are folders (relative to Top) each run returns whole (as a
 	// folder output); their files are read as Files are, named
-	// DIR/PATH. The submitted tarball's copies are not kept.
+	// DIR/PATH. The submitted tarball's copies are kept as claimed (a
+	// draft check compares the runs with what the capsule published).
 	Dirs []string `json:"dirs,omitempty"`
 	// MaxFile bounds one of them (a folder: its tarball).
 	MaxFile int64 `json:"max_file"`

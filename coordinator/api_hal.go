@@ -23,6 +23,9 @@ type HALRun struct {
 	Agent  string `json:"agent"`
 	TaskID string `json:"task_id"`
 	Run    int    `json:"run"`
+	// Eval is the run's evaluation, as its entry names it for the reader
+	// (the public label for a submitter, as /api/leaderboard/entries).
+	Eval string `json:"eval,omitempty"`
 	gateway.HALTrajectory
 }
 
@@ -54,13 +57,17 @@ func (c *Coordinator) HALRuns(ctx context.Context, p accounts.Principal, suite, 
 			(level != "" && a.Level != level) || (agent != "" && a.Agent != agent) {
 			continue
 		}
-		srcs = append(srcs, halSource{run: HALRun{Suite: a.Suite, Level: a.Level, Agent: a.Agent, TaskID: a.TaskID, Run: max(a.Run, 1)},
+		eval := a.Eval
+		if p.Scope != accounts.ScopeAdmin {
+			eval = c.evalLabel(eval)
+		}
+		srcs = append(srcs, halSource{run: HALRun{Suite: a.Suite, Level: a.Level, Agent: a.Agent, TaskID: a.TaskID, Run: max(a.Run, 1), Eval: eval},
 			attempt: a.ID, lease: c.state.LeaseOf(a.ID, rep.Node)})
 	}
 	c.mu.Unlock()
 	slices.SortFunc(srcs, func(a, b halSource) int {
 		return cmp.Or(cmp.Compare(a.run.Suite, b.run.Suite), cmp.Compare(a.run.Level, b.run.Level), cmp.Compare(a.run.Agent, b.run.Agent),
-			cmp.Compare(a.run.TaskID, b.run.TaskID), cmp.Compare(a.run.Run, b.run.Run), cmp.Compare(a.attempt, b.attempt))
+			cmp.Compare(a.run.TaskID, b.run.TaskID), cmp.Compare(a.run.Run, b.run.Run), cmp.Compare(a.run.Eval, b.run.Eval), cmp.Compare(a.attempt, b.attempt))
 	})
 	out := make([]HALRun, 0, len(srcs))
 	for _, s := range srcs {

@@ -145,13 +145,24 @@ func (c *Coordinator) handleAttempts(w http.ResponseWriter, r *http.Request, p a
 		writeJSON(w, http.StatusForbidden, apiError{"canaries are the operator's only"})
 		return
 	}
-	var out []dashboard.Attempt
+	var mine []Attempt
+	var ids []string
 	for _, a := range c.Attempts() {
 		if p.MayRead(a.Group) && (eval == "" || a.Eval == eval) {
-			out = append(out, c.attemptView(p, a))
+			mine = append(mine, a)
+			if !finished(a.State) {
+				ids = append(ids, a.ID)
+			}
 		}
 	}
-	writeJSON(w, http.StatusOK, nonNil(out))
+	waiting := c.waitingOf(ids...)
+	out := make([]dashboard.Attempt, len(mine))
+	for i, a := range mine {
+		out[i] = c.attemptView(p, a)
+		wt, ok := waiting[a.ID]
+		out[i].Waiting = waitingView(p, a, wt, ok)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // attemptOf resolves the attempt of the path for p, answering 404 when p
@@ -176,7 +187,10 @@ func finishedFor(w http.ResponseWriter, p accounts.Principal, a Attempt) bool {
 
 func (c *Coordinator) handleAttempt(w http.ResponseWriter, r *http.Request, p accounts.Principal) {
 	if a, ok := c.attemptOf(w, r, p); ok {
-		writeJSON(w, http.StatusOK, c.attemptView(p, a))
+		v := c.attemptView(p, a)
+		wt, ok := c.waitingOf(a.ID)[a.ID]
+		v.Waiting = waitingView(p, a, wt, ok)
+		writeJSON(w, http.StatusOK, v)
 	}
 }
 

@@ -119,6 +119,14 @@ type Config struct {
 	// (default 5); it fails at once when every node in view that could run
 	// it has declined it.
 	MaxDeclines int
+	// UnschedulableAfter is how long an attempt may stay queued while
+	// nodes are in view and none of them could run it (its limits exceed
+	// every slot, no node serves its suite or group or has its GPUs, or
+	// every one that could failed or declined it) before it ends with
+	// outcome "unschedulable" and the reason (default 10 minutes;
+	// core/stuck.go). One that every eligible node in view failed ends at
+	// once.
+	UnschedulableAfter time.Duration
 	// MaxLeaseLosses bounds how often an attempt is requeued because its
 	// lease ran out or died with its node.
 	MaxLeaseLosses int
@@ -280,7 +288,8 @@ func (c *Config) coreConfig(self string, seed [32]byte, secret []byte, log *slog
 	return core.Config{Models: models, Self: self, LeaseTTL: c.LeaseTTL, NodeTTL: c.NodeTTL, FetchAllowance: c.FetchAllowance,
 		MinFetchRate: c.MinFetchRate, LeaseMargin: c.LeaseMargin, AvoidAfterLeaseLoss: c.AvoidAfterLeaseLoss,
 		MaxTries: c.MaxTries, MaxLeaseLosses: c.MaxLeaseLosses, MaxDeclines: c.MaxDeclines, MaxLateReports: c.MaxLateReports,
-		MaxLateBytes: c.MaxLateBytes, Groups: c.Groups, HalfLife: c.HalfLife, IdleCanaryEvery: c.IdleCanaryEvery,
+		UnschedulableAfter: c.UnschedulableAfter,
+		MaxLateBytes:       c.MaxLateBytes, Groups: c.Groups, HalfLife: c.HalfLife, IdleCanaryEvery: c.IdleCanaryEvery,
 		CrossCheck: *c.CrossCheck, Verify: verifyPolicy(c.Verify), Allowance: *c.Allowance, OpenOperators: c.OpenOperators, Limits: c.Limits, Seed: seed,
 		IDSecret: secret, Logger: log}
 }

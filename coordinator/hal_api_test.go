@@ -33,7 +33,7 @@ func testHAL(t *testing.T, f *people) {
 		runs, calls        int
 		never              []string
 	}{
-		{"lab-a's", f.ann, "", "solver-a", 2 * len(f.tasks), 2, append(append([]string{"solver-b", f.canary, `"lease"`, `"node"`}, nodeIDs...), rawIDs...)},
+		{"lab-a's", f.ann, "?level=easy", "solver-a", 2 * len(f.tasks), 2, append(append([]string{"solver-b", f.canary, `"lease"`, `"node"`}, nodeIDs...), rawIDs...)},
 		{"lab-b's", f.bob, "", "solver-b", len(f.tasks), 1, append(append([]string{"solver-a", f.canary, `"lease"`}, nodeIDs...), rawIDs...)},
 		{"the admin's, one agent", f.admin, "?agent=solver-b&suite=sample&level=easy", "solver-b", len(f.tasks), 1, []string{"solver-a", f.canary}},
 	} {
@@ -50,6 +50,7 @@ func testHAL(t *testing.T, f *people) {
 			Suite, Level, Agent string
 			TaskID              string `json:"task_id"`
 			Run                 int
+			Eval                string
 			Calls               []struct {
 				WeaveTaskID string          `json:"weave_task_id"`
 				TraceID     string          `json:"trace_id"`
@@ -74,8 +75,28 @@ func testHAL(t *testing.T, f *people) {
 		if len(runs) != c.runs {
 			t.Fatalf("%s: %d runs, want %d: %s", c.name, len(runs), c.runs, body)
 		}
+		// Each run names its evaluation as the reader's entries do (the
+		// public label for a submitter, the ID for the admin), so that
+		// the HAL export keeps two evaluations' run 1 apart.
+		var entries []struct {
+			Suite, Agent, Eval string
+			Level              string `json:"level"`
+			TaskID             string `json:"task_id"`
+			Run                int
+		}
+		f.get(t, c.token, "/api/leaderboard/entries", &entries)
+		evalOf := map[string]string{}
+		for _, e := range entries {
+			if c.token != f.admin && (!strings.HasPrefix(e.Eval, "ev~") || e.Eval == f.evA || e.Eval == f.evB) {
+				t.Errorf("%s: a public entry names its evaluation %q, not by its label", c.name, e.Eval)
+			}
+			evalOf[fmt.Sprintf("%s/%s/%s/%s/%d", e.Suite, e.Level, e.Agent, e.TaskID, e.Run)] = e.Eval
+		}
 		for _, r := range runs {
 			name := fmt.Sprintf("%s: %s run %d", c.name, r.TaskID, r.Run)
+			if want := evalOf[fmt.Sprintf("%s/%s/%s/%s/%d", r.Suite, r.Level, r.Agent, r.TaskID, r.Run)]; r.Eval == "" || r.Eval != want {
+				t.Errorf("%s: evaluation %q, its entry's %q", name, r.Eval, want)
+			}
 			if r.Agent != c.agent || r.Suite != "sample" || r.Level != "easy" || !slices.Contains(f.tasks, r.TaskID) {
 				t.Errorf("%s: %+v", name, r)
 			}

@@ -296,8 +296,13 @@ func TestIngest(t *testing.T) {
 	if ab.ReportedBy != n1.id.String() || len(ab.LateReports) != 1 || ab.LateReports[0].Node != n2.id.String() {
 		t.Fatalf("attempt b: reported by %s, late %+v", ab.ReportedBy, ab.LateReports)
 	}
-	if rec1.Completed != 2 || rec1.LeaseLost != 1 || rec1.InfraErrors != 1 || rec1.LateReports != 0 || rec2.LateReports != 1 {
+	// x's infrastructure failure is on x, charged to n1 only once
+	// another node runs x (core.chargeFailures).
+	if rec1.Completed != 2 || rec1.LeaseLost != 1 || rec1.InfraErrors != 0 || rec1.LateReports != 0 || rec2.LateReports != 1 {
 		t.Fatalf("node records: n1 %+v n2 %+v", rec1, rec2)
+	}
+	if ax := state(t, c, x); len(ax.Failures) != 1 || ax.Failures[0].Node != n1.id.String() || ax.Failures[0].Charged {
+		t.Fatalf("x's failures %+v", ax.Failures)
 	}
 	if _, _, err := c.LateReport(ctx, b, ab.LateReports[0].Digest); err != nil {
 		t.Fatalf("late report not stored: %v", err)

@@ -27,12 +27,20 @@ func (c *Coordinator) LeaderboardEntries() []bench.Entry {
 // what a reader of a leaderboard needs. A node knows the exact CPU time
 // and start of each attempt it ran, so exact figures would let it learn
 // afterwards which of its attempts counted and which were canaries: times
-// are left out, CPU and wall time rounded to two significant digits.
+// are left out, CPU and wall time rounded to two significant digits, and
+// each evaluation is named by its label (evalLabel), not its ID.
 func (c *Coordinator) PublicEntries() []bench.Entry {
 	out := c.LeaderboardEntries()
+	labels := map[string]string{}
 	for i := range out {
 		out[i].Started, out[i].Finished = time.Time{}, time.Time{}
 		out[i].CPUSeconds, out[i].WallSeconds = roundSignificant(out[i].CPUSeconds, 2), roundSignificant(out[i].WallSeconds, 2)
+		l, ok := labels[out[i].Eval]
+		if !ok {
+			l = c.evalLabel(out[i].Eval)
+			labels[out[i].Eval] = l
+		}
+		out[i].Eval = l
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,23 +34,35 @@ import (
 // replica, calling the metered gateway (in front of modelsim) through
 // their node-local endpoints; then a third node was given a canary of
 // lab-a's work. carl of lab-a was revoked.
+//
+// Then the hard cases the pages must tell truly: ann evaluated solver-a a
+// second time (evA2: the medium level, one run: its page shows its own
+// run only, and evA's shows none of it); lab-c's dee pushed two free
+// agents (no model calls): solver-free, evaluated once (validated, no
+// model cost: the board weighs CPU time), and solver-wait, which the
+// admin evaluated with 4 replicas on the 3 nodes, so that its units stay
+// scored but awaiting cross-check (a board row without a validated run).
 type people struct {
 	c   *Coordinator
 	srv *httptest.Server
 	// Tokens.
-	admin, ann, bob, carl string
-	// evA and evB are the two evaluations.
-	evA, evB string
+	admin, ann, bob, carl, dee string
+	// evA and evB are the two evaluations; evA2 solver-a's second,
+	// evFree solver-free's, evWait solver-wait's.
+	evA, evB, evA2, evFree, evWait string
 	// tasks are the sample suite's tasks, sorted.
 	tasks []string
 	// canary is the canary's attempt ID (lab-a's group).
 	canary string
-	// repro is a reproducibility check whose three runs gave 7, 7 and 8;
+	// repro is a reproducibility check whose three runs gave 7, 7 and 8
+	// time points (the capsule published 7: reproduced); failed one that
+	// also asks for the seed (runs 42, published 41: not reproduced);
 	// draft one without rules (a draft check) of the same capsule, whose
-	// runs' results/growth.txt held n_timepoints 7, 7 and 8, seed 42 and
-	// the time they ran.
-	repro, draft string
-	nodes        []*wireNode
+	// runs' results/growth.txt held n_timepoints 7, 7 and 8, seed 42,
+	// fixed_seed_random 0.166599 and the time they ran, where the capsule
+	// published 7, 41 and 0.178395 (and files no run writes).
+	repro, failed, draft string
+	nodes                []*wireNode
 }
 
 const (
@@ -61,7 +74,8 @@ const (
 // newPeople builds the fixture.
 func newPeople(t *testing.T) *people {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	c, _ := modelCoordinator(t, modelsim.Sequence(modelsim.Reply{Content: "the figure is 0.96",
 		Usage: modelsim.Usage{Prompt: 1000, Completion: 250}}), func(cfg *Config) {
@@ -74,10 +88,11 @@ func newPeople(t *testing.T) *people {
 
 	f.post(t, f.admin, "/api/groups", `{"name":"lab-a","max_pending":100}`, nil)
 	f.post(t, f.admin, "/api/groups", `{"name":"lab-b","max_pending":100}`, nil)
+	f.post(t, f.admin, "/api/groups", `{"name":"lab-c","max_pending":100}`, nil)
 	for _, s := range []struct {
 		name, group string
 		token       *string
-	}{{"ann", "lab-a", &f.ann}, {"bob", "lab-b", &f.bob}, {"carl", "lab-a", &f.carl}} {
+	}{{"ann", "lab-a", &f.ann}, {"bob", "lab-b", &f.bob}, {"carl", "lab-a", &f.carl}, {"dee", "lab-c", &f.dee}} {
 		var resp NewTokenResponse
 		f.post(t, f.admin, "/api/submitters", fmt.Sprintf(`{"name":%q,"group":%q}`, s.name, s.group), &resp)
 		*s.token = resp.Token
@@ -85,6 +100,8 @@ func newPeople(t *testing.T) *people {
 	f.post(t, f.admin, "/api/submitters/carl/revoke", "", nil)
 	f.pushAgent(t, f.ann, "solver-a", "sim-1")
 	f.pushAgent(t, f.bob, "solver-b", "sim-1")
+	f.pushAgent(t, f.dee, "solver-free", "")
+	f.pushAgent(t, f.dee, "solver-wait", "")
 
 	s, _ := c.catalog.LookupSuite(testSuite)
 	for id := range s.Tasks {
@@ -144,10 +161,7 @@ func newPeople(t *testing.T) *people {
 	// A reproducibility check of a sample capsule: three runs on the three
 	// nodes, each returning the rule's file.
 	w3.announceEvery(runCtx, time.Second)
-	tb, err := sample.CapsuleTarball("capsule-0000002")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := publishedCapsule(t)
 	spec := `{"capsule": {"field": "F", "language": "Shell", "capsule_title": "T", "capsule_id": "capsule-0000002", "capsule_doi": "", "task_prompt": "Run it."},
 	 "rules": [{"question": "Report the number of time points.", "file": "results/growth.txt", "kind": "regex", "expr": "(?m)^n_timepoints (\\S+)$", "type": "number"}]}`
 	body, ct := reproBody(t, spec, tb)
@@ -157,6 +171,16 @@ func newPeople(t *testing.T) *people {
 		t.Fatalf("submit a check: %d %s", code, resp)
 	}
 	f.repro = rr.ID
+	// A check that fails: the seed the capsule published is not the runs'.
+	spec = `{"capsule": {"field": "F", "language": "Shell", "capsule_title": "T", "capsule_id": "capsule-0000002", "capsule_doi": "", "task_prompt": "Run it."},
+	 "rules": [{"question": "Report the number of time points.", "file": "results/growth.txt", "kind": "regex", "expr": "(?m)^n_timepoints (\\S+)$", "type": "number"},
+	           {"question": "Report the seed.", "file": "results/growth.txt", "kind": "regex", "expr": "(?m)^seed (\\S+)$", "type": "number"}]}`
+	body, ct = reproBody(t, spec, tb)
+	code, resp = f.request(f.admin, "POST", "/api/repro", strings.NewReader(body), ct)
+	if code != 200 || json.Unmarshal([]byte(resp), &rr) != nil {
+		t.Fatalf("submit a failing check: %d %s", code, resp)
+	}
+	f.failed = rr.ID
 	// A draft check: the same capsule without rules.
 	spec = `{"capsule": {"field": "F", "language": "Shell", "capsule_title": "T", "capsule_id": "capsule-0000002", "capsule_doi": "", "task_prompt": "Run it."}}`
 	body, ct = reproBody(t, spec, tb)
@@ -166,13 +190,88 @@ func newPeople(t *testing.T) *people {
 	}
 	f.draft = rr.ID
 	c.kick()
-	for _, id := range []string{f.repro, f.draft} {
+	for _, id := range []string{f.repro, f.failed, f.draft} {
 		waitUntil(ctx, t, "the check done", func() bool {
 			st, err := c.ReproStatus(ctx, id)
 			return err == nil && st.State == ReproDone
 		})
 	}
+
+	t.Logf("fixture: first evaluations, canary and checks done in %v", time.Since(began).Round(time.Millisecond))
+	// The hard cases: a second evaluation of solver-a, a free agent's, and
+	// one whose units wait for a fourth replica no node can run.
+	f.post(t, f.ann, "/api/evaluations", `{"suite":"sample","agent":"solver-a","levels":["medium"],"models":["sim-1"]}`, &ev)
+	f.evA2 = ev.ID
+	f.post(t, f.dee, "/api/evaluations", `{"suite":"sample","agent":"solver-free","levels":["easy"]}`, &ev)
+	f.evFree = ev.ID
+	f.post(t, f.admin, "/api/evaluations", `{"suite":"sample","agent":"solver-wait","levels":["easy"],"replicas":4,"group":"lab-c"}`, &ev)
+	f.evWait = ev.ID
+	c.kick()
+	waitUntil(ctx, t, "the second evaluations decided, the waiting one scored", func() bool {
+		decided, waiting := 0, 0
+		for _, e := range c.LeaderboardEntries() {
+			switch {
+			case (e.Eval == f.evA2 || e.Eval == f.evFree) && e.Status == "validated":
+				decided++
+			case e.Eval == f.evWait && (e.Status == "unvalidated" || e.Status == "infra_failed"):
+				// Scored and awaiting its fourth replica (or, should the
+				// wait for a node that will never come be cut short, ended
+				// without a validated run): either way no accuracy.
+				waiting++
+			}
+		}
+		return decided == 2*len(f.tasks) && waiting == len(f.tasks)
+	})
+	waitUntil(ctx, t, "every replica of the waiting units reported", func() bool {
+		n := 0
+		for _, a := range f.attemptsOf(f.evWait) {
+			if a.State == StateDone && a.Kind != KindReplay {
+				n++
+			}
+		}
+		return n == 3*len(f.tasks)
+	})
+	t.Logf("fixture: made in %v", time.Since(began).Round(time.Millisecond))
 	return f
+}
+
+// publishedCapsule is the sample capsule-0000002 as its author published
+// it: its results/growth.txt says 7 time points, seed 41 and
+// fixed_seed_random 0.178395 (the runs give 7 or 8, 42 and 0.166599).
+func publishedCapsule(t *testing.T) []byte {
+	t.Helper()
+	tb, err := sample.CapsuleTarball("capsule-0000002")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(tb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	tr, tw := tar.NewReader(zr), tar.NewWriter(&out)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(tr)
+		if h.Name == "capsule-0000002/results/growth.txt" {
+			data = []byte("n_timepoints 7\nseed 41\nfixed_seed_random 0.178395\n")
+			h.Size = int64(len(data))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = tw.Write(data)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
 }
 
 // agentRun is what the wire node w does with an assignment: the agent's
@@ -188,7 +287,9 @@ func (f *people) agentRun(w *wireNode) func(*proto.Assignment) *proto.Report {
 			calls = 2
 		}
 		answer := f.answer(a)
-		if tok := asg.GetModelToken(); tok != "" {
+		// solver-a and solver-b call a model; solver-free and solver-wait
+		// do not (free agents: no model cost).
+		if tok := asg.GetModelToken(); tok != "" && (a.Agent == "solver-a" || a.Agent == "solver-b") {
 			if err := agentCalls(w, asg.GetAttemptId(), tok, calls, answer); err != nil {
 				w.t.Errorf("model calls of %s: %v", asg.GetAttemptId(), err)
 			}
@@ -196,6 +297,12 @@ func (f *people) agentRun(w *wireNode) func(*proto.Assignment) *proto.Report {
 		r := w.okReport(asg, answer)
 		r.StdoutTail = []byte(fmt.Sprintf("agent %s on %s, run %d\nreading results/\n", a.Agent, a.TaskID, a.Run))
 		r.StderrTail = []byte("warning: nothing to worry about\n")
+		if a.Agent == "solver-a" { // what the node's egress proxy saw
+			r.Egress = []*proto.EgressHost{{Host: "pypi.org", Connections: 3, BytesSent: 2048, BytesReceived: 1 << 20},
+				{Host: "answers.example", Refused: 2}}
+			r.EgressHostsOmitted = 1
+			r.Usage.EgressRefused = 2
+		}
 		return r
 	}
 }
@@ -211,11 +318,11 @@ func (f *people) capsuleRun(w *wireNode, asg *proto.Assignment) *proto.Report {
 	}
 	out := asg.GetRecipe().GetOutputs()[0]
 	path := out.GetPath()
-	content := []byte(fmt.Sprintf("n_timepoints %d\n", n))
+	content := []byte(fmt.Sprintf("n_timepoints %d\nseed 42\nfixed_seed_random 0.166599\n", n))
 	if out.GetDirectory() {
 		var tb bytes.Buffer
 		tw := tar.NewWriter(&tb)
-		file := fmt.Sprintf("n_timepoints %d\nseed 42\nfinished %s\n", n, time.Now().UTC().Format(time.RFC3339Nano))
+		file := fmt.Sprintf("n_timepoints %d\nseed 42\nfixed_seed_random 0.166599\nfinished %s\n", n, time.Now().UTC().Format(time.RFC3339Nano))
 		_ = tw.WriteHeader(&tar.Header{Name: "growth.txt", Mode: 0o644, Size: int64(len(file)), Typeflag: tar.TypeReg})
 		_, _ = tw.Write([]byte(file))
 		_ = tw.Close()
@@ -259,9 +366,17 @@ func agentCalls(w *wireNode, attempt, token string, n int, answers string) error
 		return err
 	}
 	defer p.Close()
+	// One conversation, growing call by call as a chat agent's does: each
+	// call sends what came before, the model's last answer, and its step.
+	messages := []string{`{"role":"system","content":"You reproduce papers."}`}
 	for i := range n {
 		tool, _ := json.Marshal(answers)
-		body := fmt.Sprintf(`{"model":"sim-1","messages":[{"role":"system","content":"You reproduce papers."},{"role":"user","content":"Step %d: what is in results/?"},{"role":"tool","tool_call_id":"call_%d","content":%s}]}`, i+1, i+1, tool)
+		if i > 0 {
+			messages = append(messages, `{"role":"assistant","content":"the figure is 0.96"}`)
+		}
+		messages = append(messages, fmt.Sprintf(`{"role":"user","content":"Step %d: what is in results/?"}`, i+1),
+			fmt.Sprintf(`{"role":"tool","tool_call_id":"call_%d","content":%s}`, i+1, tool))
+		body := `{"model":"sim-1","messages":[` + strings.Join(messages, ",") + `]}`
 		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Content-Type", "application/json")

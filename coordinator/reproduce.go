@@ -15,6 +15,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ipfs/go-cid"
 
@@ -55,6 +56,10 @@ type ReproStatus struct {
 	// Report is the checker's, once every run is decided.
 	Report json.RawMessage `json:"report,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Waiting says why runs wait that no node in view can run (or that
+	// no node is in view), one line per reason (core/stuck.go): they end
+	// as unschedulable, with the reason, within the coordinator's bound.
+	Waiting []string `json:"waiting,omitempty"`
 }
 
 // States of a check.
@@ -102,7 +107,12 @@ func (c *Coordinator) SubmitRepro(ctx context.Context, rawSpec json.RawMessage, 
 	// Import the tarball while reading the rule files out of it.
 	pr, pw := io.Pipe()
 	scanned := make(chan tarScan, 1)
-	go func() { scanned <- scanCapsuleTarball(pr, files, check.MaxFile) }()
+	// The files under the check's returned folders (a draft's results/)
+	// are kept too: what the capsule published, compared with the runs.
+	keep := func(name string) bool {
+		return files[name] || slices.ContainsFunc(check.Dirs, func(d string) bool { return strings.HasPrefix(name, d+"/") })
+	}
+	go func() { scanned <- scanCapsuleTarball(pr, keep, check.MaxFile) }()
 	info, err := c.store.Add(ctx, io.TeeReader(tarball, pw))
 	pw.CloseWithError(err)
 	sc := <-scanned
@@ -140,10 +150,10 @@ type tarScan struct {
 }
 
 // scanCapsuleTarball reads a capsule tarball (gzipped or not) and keeps the
-// regular files named in want (paths below the one top folder), within
+// regular files want names (paths below the one top folder), within
 // maxClaimedBytes. It always reads r to its end, so that whoever writes
 // into it is never blocked.
-func scanCapsuleTarball(r io.Reader, want map[string]bool, maxFile int64) (out tarScan) {
+func scanCapsuleTarball(r io.Reader, want func(string) bool, maxFile int64) (out tarScan) {
 	defer func() { _, _ = io.Copy(io.Discard, r) }()
 	out.files = map[string][]byte{}
 	br := bufio.NewReader(r)
@@ -184,7 +194,7 @@ func scanCapsuleTarball(r io.Reader, want map[string]bool, maxFile int64) (out t
 			out.err = fmt.Errorf("more than one top entry (%q and %q)", out.top, top)
 			return out
 		}
-		if h.Typeflag != tar.TypeReg || !want[rest] || kept+int(h.Size) > maxClaimedBytes {
+		if h.Typeflag != tar.TypeReg || !want(rest) || kept+int(h.Size) > maxClaimedBytes {
 			continue
 		}
 		b, err := io.ReadAll(io.LimitReader(tr, maxFile+1))
@@ -266,12 +276,31 @@ func (c *Coordinator) capsuleRunResult(ctx context.Context, job core.Job) (cross
 func (c *Coordinator) ReproStatus(ctx context.Context, id string) (ReproStatus, error) {
 	c.mu.Lock()
 	v, ok := c.state.Repro(id)
+	var runIDs []string
+	for _, u := range v.Record.Units {
+		runIDs = append(runIDs, c.state.Units[u]...)
+	}
+	waiting := c.state.Waiting(runIDs, time.Now())
 	c.mu.Unlock()
 	if !ok {
 		return ReproStatus{}, fmt.Errorf("%w: %q", errNoRepro, id)
 	}
 	rec := v.Record
 	st := ReproStatus{ID: id, State: ReproQueued, RunsDone: v.Decided, RunsWanted: len(rec.Units), Report: rec.Report, Error: rec.Error}
+	for _, aid := range runIDs {
+		w, ok := waiting[aid]
+		if !ok || !(w.Blocked || w.InView == 0) {
+			continue
+		}
+		line := "run: " + w.Reason
+		if w.Blocked && !w.Deadline.IsZero() {
+			line += fmt.Sprintf(" (ends unschedulable at %s unless a node that can run it comes into view)",
+				w.Deadline.UTC().Truncate(time.Second).Format(time.RFC3339))
+		}
+		if !slices.Contains(st.Waiting, line) {
+			st.Waiting = append(st.Waiting, line)
+		}
+	}
 	if v.Started {
 		st.State = ReproRunning
 	}
@@ -297,6 +326,11 @@ func (c *Coordinator) ReproStatus(ctx context.Context, id string) (ReproStatus, 
 	runs := make([]bench.CheckRun, 0, len(v.Runs))
 	for _, ref := range v.Runs {
 		run := bench.CheckRun{Node: ref.Node, Outcome: ref.Outcome}
+		if ref.Attempt == "" && ref.Detail != "" {
+			// No report stands for it: say why (no node could run it, or
+			// infrastructure failed on every try).
+			run.Node, run.Outcome = "no node", ref.Outcome+": "+ref.Detail
+		}
 		if ref.Attempt != "" {
 			files, err := c.runFiles(ctx, rec.Check, ref.Outputs)
 			if err != nil {
@@ -309,6 +343,17 @@ func (c *Coordinator) ReproStatus(ctx context.Context, id string) (ReproStatus, 
 	ev := core.ReproJudged{ID: id}
 	report, err := c.cfg.Checker.Judge(rec.Check, runs, rec.Claimed)
 	if err != nil {
+		// Say why the runs that ran nowhere did not (no node could run
+		// them, or infrastructure failed on every try).
+		var why []string
+		for i, r := range runs {
+			if r.Node == "no node" {
+				why = append(why, fmt.Sprintf("run %d: %s", i+1, r.Outcome))
+			}
+		}
+		if len(why) > 0 {
+			err = fmt.Errorf("%w (%s)", err, strings.Join(why, "; "))
+		}
 		ev.Err, st.State, st.Error = err.Error(), ReproFailed, err.Error()
 	} else {
 		ev.Report, st.State, st.Report = report, ReproDone, report

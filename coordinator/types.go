@@ -24,6 +24,7 @@ type (
 	EvalRecord   = core.EvalRecord
 	Evaluation   = core.Evaluation
 	Progress     = core.Progress
+	Waiting      = core.Waiting
 	Stats        = core.Stats
 	ReproRecord  = core.ReproRecord
 	Admitted     = core.Admitted
@@ -42,6 +43,8 @@ const (
 	KindCapsuleRun  = core.KindCapsuleRun
 	KindReplay      = core.KindReplay
 	OutcomeDeclined = core.OutcomeDeclined
+	// OutcomeUnschedulable: no node in view could run it (core/stuck.go).
+	OutcomeUnschedulable = core.OutcomeUnschedulable
 
 	UnadmittedOperator    = core.UnadmittedOperator
 	MaxReplicas           = core.MaxReplicas
@@ -70,6 +73,9 @@ type (
 
 // DefaultAllowancePolicy is lease.DefaultAllowancePolicy.
 func DefaultAllowancePolicy() AllowancePolicy { return lease.DefaultAllowancePolicy() }
+
+// DefaultUnschedulableAfter is the default of Config.UnschedulableAfter.
+const DefaultUnschedulableAfter = core.DefaultUnschedulableAfter
 
 // DefaultHalfLife is schedule.DefaultHalfLife.
 const DefaultHalfLife = schedule.DefaultHalfLife

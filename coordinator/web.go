@@ -36,6 +36,11 @@ type web struct {
 	handles cipher.Block
 	// formKey keys the form tokens of signed-in readers.
 	formKey []byte
+	// crossOrigin refuses sign-ins posted from another site (a login
+	// CSRF would sign the victim's browser in as the attacker).
+	crossOrigin *http.CrossOriginProtection
+	// evalKey keys the labels the public reads for evaluation IDs.
+	evalKey []byte
 	// submit serialises submitters' evaluations, so that two requests
 	// cannot both pass their group's quota.
 	submit sync.Mutex
@@ -64,8 +69,21 @@ func (c *Coordinator) startWeb(ctx context.Context, secret []byte) error {
 	if err != nil {
 		return fmt.Errorf("attempt handles: %w", err)
 	}
-	c.web = &web{accounts: acc, site: site, handles: block, formKey: derive(secret, "repronet form tokens")}
+	c.web = &web{accounts: acc, site: site, handles: block, formKey: derive(secret, "repronet form tokens"), crossOrigin: http.NewCrossOriginProtection(),
+		evalKey: derive(secret, "repronet public evaluation labels")}
 	return nil
+}
+
+// evalLabel is the label the public reads for evaluation id: opaque (an
+// ID a submitter chose may say more than the public should read), the
+// same for every entry of the evaluation, distinct for two.
+func (c *Coordinator) evalLabel(id string) string {
+	if id == "" || c.web == nil {
+		return id
+	}
+	m := hmac.New(sha256.New, c.web.evalKey)
+	m.Write([]byte(id))
+	return "ev~" + hex.EncodeToString(m.Sum(nil)[:6])
 }
 
 // derive is a key for purpose from the coordinator's secret.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -45,7 +46,8 @@ func (c *Coordinator) dashEntries(es []bench.Entry) []dashboard.Entry {
 	for i, e := range es {
 		d := dashboard.Entry{Suite: e.Suite, Variant: e.Variant, Scoring: scoringLabel(e.Scoring), Agent: e.Agent, Model: e.Model,
 			Task: e.TaskID, Run: e.Run, Status: string(e.Status), CostUSD: e.CostUSD, InputTokens: e.InputTokens,
-			OutputTokens: e.OutputTokens, CPUSeconds: e.CPUSeconds, WallSeconds: e.WallSeconds, Verification: e.Verification}
+			OutputTokens: e.OutputTokens, CPUSeconds: e.CPUSeconds, WallSeconds: e.WallSeconds, Verification: e.Verification, Eval: e.Eval}
+		d.Written, d.Vision = questionKinds(e.Score)
 		vg, seen := graders[e.Suite]
 		if !seen {
 			if si, ok := c.catalog.LookupSuite(e.Suite); ok {
@@ -64,6 +66,30 @@ func (c *Coordinator) dashEntries(es []bench.Entry) []dashboard.Entry {
 		out[i] = d
 	}
 	return out
+}
+
+// questionKinds reads whether all of a task's written and vision
+// questions were right from a public score that counts them (CORE-Bench's,
+// whose boards and HAL uploads give written and vision accuracy): nil for
+// a kind the task has none of, or a score without the counts.
+func questionKinds(public json.RawMessage) (written, vision *bool) {
+	var s struct {
+		CorrectWritten *int `json:"correct_written_answers"`
+		TotalWritten   *int `json:"total_written_questions"`
+		CorrectVision  *int `json:"correct_vision_answers"`
+		TotalVision    *int `json:"total_vision_questions"`
+	}
+	if len(public) == 0 || json.Unmarshal(public, &s) != nil {
+		return nil, nil
+	}
+	all := func(correct, total *int) *bool {
+		if correct == nil || total == nil || *total <= 0 {
+			return nil
+		}
+		ok := *correct == *total
+		return &ok
+	}
+	return all(s.CorrectWritten, s.TotalWritten), all(s.CorrectVision, s.TotalVision)
 }
 
 // scoringLabel is a family's scoring JSON as one line: an object's fields
@@ -150,6 +176,9 @@ func (c *Coordinator) attemptView(p accounts.Principal, a Attempt) dashboard.Att
 	if a.Kind == KindReplay {
 		v.Kind, v.ReplayOf = dashboard.KindReplay, a.ReplayOf
 	}
+	if a.Kind == KindCapsuleRun {
+		v.Repro = a.TaskID
+	}
 	if !admin {
 		v.ID = c.web.handle(a.ID)
 		if v.ReplayOf != "" {
@@ -194,6 +223,60 @@ func (c *Coordinator) attemptView(p accounts.Principal, a Attempt) dashboard.Att
 		}
 	}
 	return v
+}
+
+// waitingOf says why the unfinished attempts of ids wait, now.
+func (c *Coordinator) waitingOf(ids ...string) map[string]Waiting {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state.Waiting(ids, time.Now())
+}
+
+// waitingView is what p sees of why attempt a waits (w, if ok): a
+// submitter only why one waits that no node in view can run, or that no
+// node is in view, which holds alike whether it is queued or running
+// somewhere (core/stuck.go), so that it never tells a node watching its
+// group's attempts which of its jobs are real; the admin also why a
+// queued attempt waits otherwise.
+func waitingView(p accounts.Principal, a Attempt, w Waiting, ok bool) *dashboard.Waiting {
+	if !ok || !(w.Blocked || w.InView == 0 || (p.Scope == accounts.ScopeAdmin && a.State == StateQueued)) {
+		return nil
+	}
+	v := &dashboard.Waiting{Reason: w.Reason, Attempts: 1, Blocked: w.Blocked}
+	if !w.Since.IsZero() {
+		v.Since, v.Deadline = w.Since.UTC().Truncate(time.Second), w.Deadline.UTC().Truncate(time.Second)
+	}
+	return v
+}
+
+// waitingSummary groups the waiting views of attempts by reason, each
+// with the earliest Since and Deadline of its attempts, by reason.
+func waitingSummary(ws []*dashboard.Waiting) []dashboard.Waiting {
+	by := map[string]*dashboard.Waiting{}
+	for _, w := range ws {
+		if w == nil {
+			continue
+		}
+		s := by[w.Reason]
+		if s == nil {
+			cp := *w
+			cp.Attempts = 0
+			s = &cp
+			by[w.Reason] = s
+		}
+		s.Attempts++
+		if !w.Since.IsZero() && (s.Since.IsZero() || w.Since.Before(s.Since)) {
+			s.Since = w.Since
+		}
+		if !w.Deadline.IsZero() && (s.Deadline.IsZero() || w.Deadline.Before(s.Deadline)) {
+			s.Deadline = w.Deadline
+		}
+	}
+	var out []dashboard.Waiting
+	for _, r := range slices.Sorted(maps.Keys(by)) {
+		out = append(out, *by[r])
+	}
+	return out
 }
 
 // visibleAttempt returns the attempt ref names if p may see it: the admin
@@ -271,6 +354,8 @@ type evalState struct {
 	evals   []EvalRecord
 	byEval  map[string][]Attempt
 	decided map[string]bool
+	// waiting says why their unfinished attempts wait.
+	waiting map[string]Waiting
 }
 
 // readEvals reads the evaluations p may see (one: only), their attempts
@@ -285,16 +370,21 @@ func (c *Coordinator) readEvals(p accounts.Principal, only string) evalState {
 			st.byEval[e.ID] = nil
 		}
 	}
+	var unfinished []string
 	for _, a := range c.state.AttemptList(false) {
 		if _, ok := st.byEval[a.Eval]; !ok {
 			continue
 		}
 		st.byEval[a.Eval] = append(st.byEval[a.Eval], a)
+		if !finished(a.State) {
+			unfinished = append(unfinished, a.ID)
+		}
 		if _, seen := st.decided[a.Unit]; !seen && a.Unit != "" {
 			d, ok := c.state.Decision(a.Unit)
 			st.decided[a.Unit] = ok && d.State != crosscheck.Open
 		}
 	}
+	st.waiting = c.state.Waiting(unfinished, time.Now())
 	return st
 }
 
@@ -304,13 +394,18 @@ func evaluationView(p accounts.Principal, st evalState, e EvalRecord) dashboard.
 	v := dashboard.Evaluation{ID: e.ID, Suite: e.Suite, Agent: e.Agent, Group: e.Group, Levels: e.Levels, Runs: max(e.Runs, 1),
 		Replicas: e.Replicas, Priority: e.Priority, Env: e.Env, Models: e.Models, At: e.At.UTC().Truncate(time.Second),
 		Attempts: e.Attempts, Progress: progressOf(atts, func(u string) bool { return st.decided[u] }, p.Scope == accounts.ScopeAdmin)}
+	var ws []*dashboard.Waiting
 	for _, a := range atts {
 		if a.Model != nil && finished(a.State) {
 			v.CostUSD += a.Model.CostUSD
 			v.InputTokens += a.Model.InputTokens
 			v.OutputTokens += a.Model.OutputTokens
 		}
+		if w, ok := st.waiting[a.ID]; ok && (w.Blocked || w.InView == 0) {
+			ws = append(ws, waitingView(p, a, w, ok))
+		}
 	}
+	v.Waiting = waitingSummary(ws)
 	return v
 }
 
@@ -325,7 +420,9 @@ func (c *Coordinator) evaluationViews(p accounts.Principal) []dashboard.Evaluati
 }
 
 // evaluationDetail is one evaluation p may see, with its attempts and its
-// agent's results.
+// own results: the boards and per-task results of its own runs only
+// (never another evaluation's of the same agent, which numbers its runs
+// from 1 too).
 func (c *Coordinator) evaluationDetail(p accounts.Principal, id string) (dashboard.EvaluationDetail, bool) {
 	st := c.readEvals(p, id)
 	if len(st.evals) != 1 {
@@ -334,12 +431,16 @@ func (c *Coordinator) evaluationDetail(p accounts.Principal, id string) (dashboa
 	e := st.evals[0]
 	d := dashboard.EvaluationDetail{Evaluation: evaluationView(p, st, e)}
 	for _, a := range st.byEval[e.ID] {
-		d.Attempts = append(d.Attempts, c.attemptView(p, a))
+		v := c.attemptView(p, a)
+		w, ok := st.waiting[a.ID]
+		v.Waiting = waitingView(p, a, w, ok)
+		d.Attempts = append(d.Attempts, v)
 	}
 	entries, _, _ := c.boardEntries(p, e.Agent)
+	label := c.evalLabel(e.ID)
 	var mine []dashboard.Entry
 	for _, en := range entries {
-		if en.Suite == e.Suite && en.Agent == e.Agent {
+		if en.Agent == e.Agent && (en.Eval == e.ID || en.Eval == label) {
 			mine = append(mine, en)
 		}
 	}
@@ -391,6 +492,7 @@ func (c *Coordinator) trajectoryView(ctx context.Context, a Attempt) ([]dashboar
 			Request: dashboard.RequestMessages(cl.RequestBody), Response: dashboard.ResponseMessages(cl.ResponseBody),
 			RequestBody: string(cl.RequestBody), ResponseBody: string(cl.ResponseBody)}
 	}
+	dashboard.MarkNew(out)
 	return out, nil
 }
 
@@ -516,9 +618,16 @@ func readReproReport(v *dashboard.Repro, report json.RawMessage) {
 				Verdict  string                `json:"verdict"`
 				Interval *dashboard.Interval   `json:"interval"`
 				Reason   string                `json:"reason"`
+				// What the capsule published there, and whether the
+				// runs reproduce it (bench/repro's ComparePublished).
+				Published        string `json:"published"`
+				Comparison       string `json:"comparison"`
+				ComparisonReason string `json:"comparison_reason"`
 			} `json:"values"`
-			Spec      json.RawMessage `json:"spec"`
-			Truncated []string        `json:"truncated"`
+			Spec       json.RawMessage `json:"spec"`
+			Truncated  []string        `json:"truncated"`
+			Published  int             `json:"published_files"`
+			Unproduced []string        `json:"unproduced"`
 		} `json:"draft"`
 	}
 	if len(report) == 0 || json.Unmarshal(report, &rep) != nil {
@@ -526,9 +635,11 @@ func readReproReport(v *dashboard.Repro, report json.RawMessage) {
 	}
 	v.Reproducible, v.FailedRuns = rep.Reproducible, rep.FailedRuns
 	if d := rep.Draft; d != nil {
-		v.Draft = &dashboard.ReproDraft{Spec: d.Spec, Truncated: d.Truncated, Values: []dashboard.ReproDraftValue{}}
+		v.Draft = &dashboard.ReproDraft{Spec: d.Spec, Truncated: d.Truncated, Values: []dashboard.ReproDraftValue{},
+			PublishedFiles: d.Published, Unproduced: d.Unproduced}
 		for _, x := range d.Values {
-			dv := dashboard.ReproDraftValue{Question: x.Question, File: x.Rule.File, Verdict: x.Verdict, Interval: x.Interval, Reason: x.Reason}
+			dv := dashboard.ReproDraftValue{Question: x.Question, File: x.Rule.File, Verdict: x.Verdict, Interval: x.Interval, Reason: x.Reason,
+				Published: x.Published, Comparison: x.Comparison, ComparisonReason: x.ComparisonReason}
 			for _, val := range x.Values {
 				dv.Values = append(dv.Values, cmp.Or(val, "—"))
 			}

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -85,7 +86,7 @@ func (c *Coordinator) webRoutes(mux *http.ServeMux) {
 		return dashboard.AccountsPage{Base: c.base(r, p), Groups: gs, Submitters: ss, Tokens: ts}, http.StatusOK
 	})
 	page("GET /login", public, func(w http.ResponseWriter, r *http.Request, p accounts.Principal) (dashboard.Page, int) {
-		return dashboard.LoginPage{Base: c.base(r, p)}, http.StatusOK
+		return dashboard.LoginPage{Base: c.base(r, p), Next: localPath(r.URL.Query().Get("next"))}, http.StatusOK
 	})
 	mux.HandleFunc("POST /login", c.login)
 	page("POST /logout", public, func(w http.ResponseWriter, r *http.Request, p accounts.Principal) (dashboard.Page, int) {
@@ -109,11 +110,11 @@ func (c *Coordinator) servePage(w http.ResponseWriter, r *http.Request, min acco
 	case err != nil:
 		setTokenCookie(w, r, "")
 		r.Header.Del("Cookie")
-		pg, status = dashboard.LoginPage{Base: c.base(r, accounts.Principal{}), Error: err.Error() + ". Sign in again."}, http.StatusUnauthorized
+		pg, status = dashboard.LoginPage{Base: c.base(r, accounts.Principal{}), Error: err.Error() + ". Sign in again.", Next: askedFor(r)}, http.StatusUnauthorized
 	case p.Scope >= min:
 		pg, status = f(w, r, p)
 	case p.Scope == accounts.ScopePublic:
-		pg, status = dashboard.LoginPage{Base: c.base(r, p), Error: "Sign in to see this page."}, http.StatusUnauthorized
+		pg, status = dashboard.LoginPage{Base: c.base(r, p), Error: "Sign in to see this page.", Next: askedFor(r)}, http.StatusUnauthorized
 	default:
 		pg, status = c.errorPage(r, p, http.StatusForbidden, "This page is the operator's.")
 	}
@@ -149,19 +150,49 @@ func setTokenCookie(w http.ResponseWriter, r *http.Request, token string) {
 
 // login signs a reader in with a token pasted in the form.
 func (c *Coordinator) login(w http.ResponseWriter, r *http.Request) {
+	if err := c.web.crossOrigin.Check(r); err != nil {
+		// Another site's form posting a token of its choosing: refused,
+		// no cookie set.
+		http.Error(w, "sign in from this site's own page: "+err.Error(), http.StatusForbidden)
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	p, err := c.authenticate(token)
 	if err == nil && token == "" {
 		err = errors.New("no token given")
 	}
+	next := localPath(r.PostFormValue("next"))
 	if err != nil {
-		c.web.site.Render(w, http.StatusUnauthorized, dashboard.LoginPage{Base: c.base(r, accounts.Principal{}), Error: err.Error()})
+		c.web.site.Render(w, http.StatusUnauthorized, dashboard.LoginPage{Base: c.base(r, accounts.Principal{}), Error: err.Error(), Next: next})
 		return
 	}
 	setTokenCookie(w, r, token)
 	c.log.Info("dashboard sign-in", "scope", p.Scope.String(), "submitter", p.Submitter)
-	http.Redirect(w, r, "/evaluations", http.StatusSeeOther)
+	http.Redirect(w, r, cmp.Or(next, "/evaluations"), http.StatusSeeOther)
+}
+
+// askedFor is the page r asked for, to go back to once signed in (a GET's
+// only: a form's post is not repeated).
+func askedFor(r *http.Request) string {
+	if r.Method != http.MethodGet {
+		return ""
+	}
+	return localPath(r.URL.RequestURI())
+}
+
+// localPath is next when it is a path on this site ("/evaluations/ev-1"),
+// else "": never another site ("//evil.example", "https://...", "/\\x"),
+// nor a sign-in or sign-out.
+func localPath(next string) string {
+	u, err := url.Parse(next)
+	switch {
+	case err != nil || next == "" || len(next) > 2048 || next[0] != '/' || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\x00\r\n\t"):
+		return ""
+	case u.Scheme != "" || u.Host != "" || u.User != nil || u.Path == "/login" || u.Path == "/logout":
+		return ""
+	}
+	return next
 }
 
 func (c *Coordinator) boardsPage(w http.ResponseWriter, r *http.Request, p accounts.Principal) (dashboard.Page, int) {

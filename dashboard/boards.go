@@ -36,6 +36,16 @@ type Entry struct {
 	// Verification is where replay verification of the run's counted job
 	// stands ("": not model-driven; see docs/verification.md).
 	Verification string `json:"verification,omitempty"`
+	// Eval is the evaluation the run belongs to (two evaluations of an
+	// agent both number their runs from 1); an evaluation's view keeps its
+	// own entries only.
+	Eval string `json:"eval,omitempty"`
+	// Written and Vision say whether all of the task's written (vision)
+	// questions were answered right, for a family whose score counts them
+	// (CORE-Bench's, as HAL does); nil when the task has none or the
+	// family does not count them.
+	Written *bool `json:"written,omitempty"`
+	Vision  *bool `json:"vision,omitempty"`
 }
 
 // Board is one leaderboard: a suite, a variant, one scoring and one
@@ -47,9 +57,22 @@ type Board struct {
 	// Grader names the grader whose scores the board's numbers are, when
 	// its family grades each job several ways.
 	Grader string `json:"grader,omitempty"`
+	// CostAxis is what the board's cost-accuracy frontier (Row.Pareto)
+	// and chart weigh accuracy against: CostModel when every row with runs
+	// has a metered model cost, else CostCompute (CPU time per run), so
+	// that every agent is on the chart.
+	CostAxis string `json:"cost_axis"`
 	// Rows are sorted by accuracy, best first, then agent and model.
 	Rows []Row `json:"rows"`
 }
+
+// Cost axes of a board.
+const (
+	// CostModel: model cost per run, in US dollars.
+	CostModel = "model_usd"
+	// CostCompute: CPU time per run, in seconds.
+	CostCompute = "cpu_seconds"
+)
 
 // Row is one agent (and model) on a board. Only validated runs count
 // toward accuracy, cost, tokens and time; a run is one of the agent's
@@ -61,9 +84,17 @@ type Row struct {
 	Runs int `json:"runs"`
 	// Accuracy is the mean over runs of a run's mean score over its
 	// validated units; AccuracyMin and AccuracyMax range over the runs.
+	// A row without runs has none (0 here, shown as none: HasAccuracy).
 	Accuracy    float64 `json:"accuracy"`
 	AccuracyMin float64 `json:"accuracy_min"`
 	AccuracyMax float64 `json:"accuracy_max"`
+	// WrittenAccuracy and VisionAccuracy are HAL's (for a family whose
+	// scores count written and vision questions): per run, over its
+	// validated tasks with such questions, the share with all of them
+	// right; then the mean over the runs that have such tasks. Nil when
+	// no task has any.
+	WrittenAccuracy *float64 `json:"written_accuracy,omitempty"`
+	VisionAccuracy  *float64 `json:"vision_accuracy,omitempty"`
 	// CostUSD is the mean over runs of a run's model cost; nil unless
 	// every validated unit was metered.
 	CostUSD *float64 `json:"cost_usd"`
@@ -72,23 +103,54 @@ type Row struct {
 	Tokens      float64 `json:"tokens"`
 	WallSeconds float64 `json:"wall_seconds"`
 	CPUSeconds  float64 `json:"cpu_seconds"`
-	// Units by status; VerifiedShare = validated / (validated +
-	// unvalidated + inconsistent), the share of graded units that passed
-	// cross-checking.
-	Validated     int     `json:"validated"`
-	Unvalidated   int     `json:"unvalidated"`
-	Inconsistent  int     `json:"inconsistent"`
-	InfraFailed   int     `json:"infra_failed"`
-	Pending       int     `json:"pending"`
-	VerifiedShare float64 `json:"verified_share"`
+	// Units by status (Pending: not finished; Unvalidated: scored, the
+	// cross-check still waits for replicas); CrossCheckedShare =
+	// validated / (validated + unvalidated + inconsistent), the share of
+	// graded units that passed cross-checking on independent nodes.
+	Validated         int     `json:"validated"`
+	Unvalidated       int     `json:"unvalidated"`
+	Inconsistent      int     `json:"inconsistent"`
+	InfraFailed       int     `json:"infra_failed"`
+	Pending           int     `json:"pending"`
+	CrossCheckedShare float64 `json:"cross_checked_share"`
 	// Sampled counts the validated units of model-driven runs (whose
 	// verification is by replay, docs/verification.md), ReplayVerified
 	// those a replay verified: the others are unverified.
 	Sampled        int `json:"sampled"`
 	ReplayVerified int `json:"replay_verified"`
-	// Pareto: no other row of the board is as cheap and as accurate with
-	// one of the two strictly better (rows with a cost only).
+	// Pareto: no other row of the board is as cheap (on the board's
+	// CostAxis) and as accurate with one of the two strictly better (rows
+	// with runs only).
 	Pareto bool `json:"pareto"`
+}
+
+// HasAccuracy reports whether the row has an accuracy: a validated run.
+func (r Row) HasAccuracy() bool { return r.Runs > 0 }
+
+// Graded counts the units graded (validated, unvalidated or
+// inconsistent): the denominator of CrossCheckedShare.
+func (r Row) Graded() int { return r.Validated + r.Unvalidated + r.Inconsistent }
+
+// Cost is the row's cost on axis (nil: unknown).
+func (r Row) Cost(axis string) *float64 {
+	if axis == CostCompute {
+		c := r.CPUSeconds
+		return &c
+	}
+	return r.CostUSD
+}
+
+// RunKey names a run: its evaluation and its number there (every
+// evaluation numbers its runs from 1, so run 1 of two evaluations of an
+// agent are two runs, never one).
+type RunKey struct {
+	Eval string
+	Run  int
+}
+
+// Compare orders runs by evaluation, then number.
+func (k RunKey) Compare(o RunKey) int {
+	return cmp.Or(strings.Compare(k.Eval, o.Eval), cmp.Compare(k.Run, o.Run))
 }
 
 // BuildBoards makes the boards of entries: one per suite, variant,
@@ -102,21 +164,22 @@ func BuildBoards(entries []Entry) []Board {
 		sum, cost        float64
 		costKnown        bool
 		wall, cpu        float64
+		wN, wOK, vN, vOK int
 	}
 	var order []boardKey
 	rows := map[boardKey]map[rowKey]*Row{}
-	runs := map[boardKey]map[rowKey]map[int]*run{}
+	runs := map[boardKey]map[rowKey]map[RunKey]*run{}
 	for _, e := range entries {
 		bk := boardKey{e.Suite, e.Variant, e.Scoring, e.Grader}
 		if rows[bk] == nil {
 			order = append(order, bk)
-			rows[bk], runs[bk] = map[rowKey]*Row{}, map[rowKey]map[int]*run{}
+			rows[bk], runs[bk] = map[rowKey]*Row{}, map[rowKey]map[RunKey]*run{}
 		}
 		rk := rowKey{e.Agent, e.Model}
 		r := rows[bk][rk]
 		if r == nil {
 			r = &Row{Agent: e.Agent, Model: e.Model}
-			rows[bk][rk], runs[bk][rk] = r, map[int]*run{}
+			rows[bk][rk], runs[bk][rk] = r, map[RunKey]*run{}
 		}
 		switch e.Status {
 		case "validated":
@@ -139,16 +202,28 @@ func BuildBoards(entries []Entry) []Board {
 		if e.Status != "validated" || e.Value == nil {
 			continue
 		}
-		ru := runs[bk][rk][e.Run]
+		ru := runs[bk][rk][RunKey{e.Eval, e.Run}]
 		if ru == nil {
 			ru = &run{costKnown: true}
-			runs[bk][rk][e.Run] = ru
+			runs[bk][rk][RunKey{e.Eval, e.Run}] = ru
 		}
 		ru.units++
 		ru.sum += *e.Value
 		ru.wall += e.WallSeconds
 		ru.cpu += e.CPUSeconds
 		ru.sumTokens += e.InputTokens + e.OutputTokens
+		if e.Written != nil {
+			ru.wN++
+			if *e.Written {
+				ru.wOK++
+			}
+		}
+		if e.Vision != nil {
+			ru.vN++
+			if *e.Vision {
+				ru.vOK++
+			}
+		}
 		if e.CostUSD == nil {
 			ru.costKnown = false
 		} else {
@@ -159,12 +234,19 @@ func BuildBoards(entries []Entry) []Board {
 	for _, bk := range order {
 		b := Board{Suite: bk.suite, Variant: bk.variant, Scoring: bk.scoring, Grader: bk.grader}
 		for rk, r := range rows[bk] {
-			nums := slices.Sorted(maps.Keys(runs[bk][rk]))
+			nums := slices.SortedFunc(maps.Keys(runs[bk][rk]), RunKey.Compare)
 			costKnown := len(nums) > 0
 			var cost float64
+			var written, vision []float64
 			r.AccuracyMin = math.Inf(1)
 			for _, n := range nums {
 				ru := runs[bk][rk][n]
+				if ru.wN > 0 {
+					written = append(written, float64(ru.wOK)/float64(ru.wN))
+				}
+				if ru.vN > 0 {
+					vision = append(vision, float64(ru.vOK)/float64(ru.vN))
+				}
 				acc := ru.sum / float64(ru.units)
 				r.Accuracy += acc
 				r.AccuracyMin, r.AccuracyMax = min(r.AccuracyMin, acc), max(r.AccuracyMax, acc)
@@ -184,12 +266,14 @@ func BuildBoards(entries []Entry) []Board {
 			} else {
 				r.AccuracyMin = 0
 			}
-			if graded := r.Validated + r.Unvalidated + r.Inconsistent; graded > 0 {
-				r.VerifiedShare = float64(r.Validated) / float64(graded)
+			r.WrittenAccuracy, r.VisionAccuracy = meanOf(written), meanOf(vision)
+			if graded := r.Graded(); graded > 0 {
+				r.CrossCheckedShare = float64(r.Validated) / float64(graded)
 			}
 			b.Rows = append(b.Rows, *r)
 		}
-		markPareto(b.Rows)
+		b.CostAxis = costAxis(b.Rows)
+		markPareto(b.Rows, b.CostAxis)
 		slices.SortFunc(b.Rows, func(x, y Row) int {
 			if d := cmp.Compare(y.Accuracy, x.Accuracy); d != 0 {
 				return d
@@ -204,22 +288,48 @@ func BuildBoards(entries []Entry) []Board {
 	return out
 }
 
-// markPareto marks the rows on the cost-accuracy frontier: rows with runs
-// and a cost that no other such row dominates (no more costly, no less
-// accurate, and strictly better in one).
-func markPareto(rows []Row) {
+// meanOf is the mean of xs (nil for none).
+func meanOf(xs []float64) *float64 {
+	if len(xs) == 0 {
+		return nil
+	}
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	m := s / float64(len(xs))
+	return &m
+}
+
+// costAxis is the cost a board's rows are weighed on: model cost when
+// every row with runs has one, else CPU time (every agent has one).
+func costAxis(rows []Row) string {
+	for _, r := range rows {
+		if r.Runs > 0 && r.CostUSD == nil {
+			return CostCompute
+		}
+	}
+	return CostModel
+}
+
+// markPareto marks the rows on the cost-accuracy frontier of axis: rows
+// with runs and a cost that no other such row dominates (no more costly,
+// no less accurate, and strictly better in one).
+func markPareto(rows []Row, axis string) {
 	for i := range rows {
 		a := &rows[i]
-		if a.Runs == 0 || a.CostUSD == nil {
+		ac := a.Cost(axis)
+		if a.Runs == 0 || ac == nil {
 			continue
 		}
 		a.Pareto = true
 		for j := range rows {
 			b := rows[j]
-			if j == i || b.Runs == 0 || b.CostUSD == nil {
+			bc := b.Cost(axis)
+			if j == i || b.Runs == 0 || bc == nil {
 				continue
 			}
-			if *b.CostUSD <= *a.CostUSD && b.Accuracy >= a.Accuracy && (*b.CostUSD < *a.CostUSD || b.Accuracy > a.Accuracy) {
+			if *bc <= *ac && b.Accuracy >= a.Accuracy && (*bc < *ac || b.Accuracy > a.Accuracy) {
 				a.Pareto = false
 				break
 			}

@@ -22,8 +22,13 @@ type Plot struct {
 	Points                   []Point
 	// Frontier is the polyline through the Pareto rows, cheapest first.
 	Frontier string
-	// Omitted counts rows with runs but no metered cost (not plotted).
-	Omitted int
+	// XLabel and YLabel say what each axis is.
+	XLabel, YLabel string
+	// Axis is the board's cost axis (CostModel or CostCompute); Unmetered
+	// counts the rows with runs but no metered model cost, which put the
+	// chart on CPU time.
+	Axis      string
+	Unmetered int
 }
 
 // Tick is an axis tick at a position, with its label.
@@ -32,34 +37,46 @@ type Tick struct {
 	Label string
 }
 
-// Point is one row on the chart.
+// Point is one row on the chart, with its label at (LX, LY) anchored
+// at Anchor (start, or end when the point is in the right half: a label
+// never runs out of the chart).
 type Point struct {
 	X, Y     float64
+	LX, LY   float64
+	Anchor   string
 	Label    string
 	Title    string
 	Frontier bool
 }
 
-// ParetoPlot lays out a board's rows with runs and a cost: accuracy up,
-// cost per run right; nil when no row has both.
+// ParetoPlot lays out every row of a board with runs: accuracy up, cost
+// per run right on the board's cost axis (model cost in dollars, or CPU
+// time when an agent has no metered model cost); nil when no row has
+// runs.
 func ParetoPlot(b Board) *Plot {
-	p := &Plot{Width: 680, Height: 330, Left: 72, Top: 20, Right: 620, Bottom: 276}
+	p := &Plot{Width: 680, Height: 330, Left: 72, Top: 20, Right: 620, Bottom: 276, Axis: cmp.Or(b.CostAxis, CostModel),
+		YLabel: "accuracy (mean over runs)"}
 	var rows []Row
 	for _, r := range b.Rows {
-		switch {
-		case r.Runs == 0:
-		case r.CostUSD == nil:
-			p.Omitted++
-		default:
-			rows = append(rows, r)
+		if r.Runs == 0 || r.Cost(p.Axis) == nil {
+			continue
 		}
+		if r.CostUSD == nil {
+			p.Unmetered++
+		}
+		rows = append(rows, r)
 	}
 	if len(rows) == 0 {
 		return nil
 	}
+	format := usd
+	p.XLabel = "model cost per run (USD)"
+	if p.Axis == CostCompute {
+		format, p.XLabel = cpuTime, "compute per run (CPU time)"
+	}
 	maxCost := 0.0
 	for _, r := range rows {
-		maxCost = max(maxCost, *r.CostUSD)
+		maxCost = max(maxCost, *r.Cost(p.Axis))
 	}
 	step := niceStep(maxCost / 4)
 	xMax := step * math.Ceil(maxCost/step)
@@ -68,8 +85,9 @@ func ParetoPlot(b Board) *Plot {
 	}
 	x := func(c float64) float64 { return p.Left + (p.Right-p.Left)*c/xMax }
 	y := func(a float64) float64 { return p.Bottom - (p.Bottom-p.Top)*a }
-	for v := 0.0; v <= xMax+step/2; v += step {
-		p.XTicks = append(p.XTicks, Tick{At: x(v), Label: usd(v)})
+	for i := 0; float64(i)*step <= xMax+step/2; i++ {
+		v := float64(i) * step
+		p.XTicks = append(p.XTicks, Tick{At: x(v), Label: format(v)})
 	}
 	for i := 0; i <= 4; i++ {
 		a := float64(i) / 4
@@ -81,9 +99,17 @@ func ParetoPlot(b Board) *Plot {
 		if r.Model != "" {
 			name += " (" + r.Model + ")"
 		}
-		pt := Point{X: x(*r.CostUSD), Y: y(r.Accuracy), Label: name, Frontier: r.Pareto,
+		cost := *r.Cost(p.Axis)
+		pt := Point{X: x(cost), Y: y(r.Accuracy), Label: name, Frontier: r.Pareto,
 			Title: fmt.Sprintf("%s: accuracy %.1f%% (%.1f-%.1f%%), %s a run", name, 100*r.Accuracy, 100*r.AccuracyMin,
-				100*r.AccuracyMax, usd(*r.CostUSD))}
+				100*r.AccuracyMax, format(cost))}
+		pt.LX, pt.LY, pt.Anchor = pt.X+8, pt.Y-8, "start"
+		if pt.X > (p.Left+p.Right)/2 {
+			pt.LX, pt.Anchor = pt.X-8, "end"
+		}
+		if pt.LY < p.Top+4 {
+			pt.LY = pt.Y + 18
+		}
 		p.Points = append(p.Points, pt)
 		if r.Pareto {
 			front = append(front, pt)
@@ -99,6 +125,19 @@ func ParetoPlot(b Board) *Plot {
 	}
 	p.Frontier = sb.String()
 	return p
+}
+
+// cpuTime formats CPU seconds on an axis.
+func cpuTime(sec float64) string {
+	switch {
+	case sec == 0:
+		return "0 s"
+	case sec < 60:
+		return strconv.FormatFloat(sec, 'g', 3, 64) + " s"
+	case sec < 3600:
+		return strconv.FormatFloat(sec/60, 'g', 3, 64) + " min"
+	}
+	return strconv.FormatFloat(sec/3600, 'g', 3, 64) + " h"
 }
 
 // niceStep rounds v up to 1, 2 or 5 times a power of ten.
@@ -159,9 +198,19 @@ func CreditBars(cs []Credit, n int, width float64) []CreditBar {
 		if most > 0 {
 			w = width * c.CPUHours / most
 		}
-		out[i] = CreditBar{Y: float64(i) * 22, Width: w, Label: short(c.Name), Value: fmt.Sprintf("%.3f CPU-h", c.CPUHours)}
+		out[i] = CreditBar{Y: float64(i) * 22, Width: w, Label: short(c.Name), Value: Hours(c.CPUHours) + " CPU-h"}
 	}
 	return out
+}
+
+// Hours formats hours as the credit tables and bars show them: four
+// decimals, or three significant digits below 0.001 (a bar never says 0
+// beside a table that does not).
+func Hours(h float64) string {
+	if h != 0 && math.Abs(h) < 0.001 {
+		return strconv.FormatFloat(h, 'g', 3, 64)
+	}
+	return strconv.FormatFloat(h, 'f', 4, 64)
 }
 
 // short shortens a long name (a peer ID) to its first and last digits.

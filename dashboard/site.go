@@ -126,10 +126,12 @@ type AccountsPage struct {
 	Tokens     []Token
 }
 
-// LoginPage asks for a token.
+// LoginPage asks for a token; Next is the local page to go back to once
+// signed in ("": the evaluations).
 type LoginPage struct {
 	Base
 	Error string
+	Next  string
 }
 
 // ErrorPage says what went wrong.
@@ -282,7 +284,18 @@ func Icon(w http.ResponseWriter, _ *http.Request) {
 }
 
 var funcs = template.FuncMap{
-	"pct": func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
+	"pct": FormatPercent,
+	// pctOf is pct of a value that may be unknown (nil: "—").
+	"pctOf": func(v *float64) string {
+		if v == nil {
+			return "—"
+		}
+		return fmt.Sprintf("%.1f%%", 100**v)
+	},
+	// yesno says a verdict that may be unknown: a *bool is never tested
+	// with if or with (a pointer to false is not nil, so it is true).
+	"yesno": YesNo,
+	"hours": Hours,
 	"usd": func(v any) string {
 		switch x := v.(type) {
 		case *float64:
@@ -319,6 +332,19 @@ var funcs = template.FuncMap{
 		}
 		return buf.String()
 	},
+	// readable is a message's text or a tool call's arguments: JSON
+	// (an object or a list) indented, anything else as it is.
+	"readable": func(s string) string {
+		t := strings.TrimSpace(s)
+		if !strings.HasPrefix(t, "{") && !strings.HasPrefix(t, "[") {
+			return s
+		}
+		var buf bytes.Buffer
+		if json.Indent(&buf, []byte(t), "", "  ") != nil {
+			return s
+		}
+		return buf.String()
+	},
 	"prettyString": func(s string) string {
 		var buf bytes.Buffer
 		if json.Indent(&buf, []byte(s), "", "  ") != nil {
@@ -336,6 +362,27 @@ var funcs = template.FuncMap{
 	"sub":        func(a, b float64) float64 { return a - b },
 	"status":     func(s string) string { return "st-" + strings.ReplaceAll(s, "_", "-") },
 	"mayStart":   func(w Who) bool { return w.Scope == "submitter" || w.Scope == "admin" },
+}
+
+// FormatUSD, FormatDuration and FormatPercent format dollars, seconds and
+// a share as every page shows them (a test compares a page with the API's
+// numbers through them).
+func FormatUSD(v float64) string      { return usd(v) }
+func FormatDuration(s float64) string { return duration(s) }
+func FormatPercent(v float64) string  { return fmt.Sprintf("%.1f%%", 100*v) }
+
+// FormatBytes formats a size as the pages show it (binary units).
+func FormatBytes(n int64) string { return byteCount(n) }
+
+// YesNo is "yes" or "no" for a known verdict, "—" for none.
+func YesNo(b *bool) string {
+	switch {
+	case b == nil:
+		return "—"
+	case *b:
+		return "yes"
+	}
+	return "no"
 }
 
 // duration formats seconds as a person reads them.

@@ -42,9 +42,9 @@ func (v Verification) Verdict() string {
 	switch v.State {
 	case VerifyVerified:
 		if v.Benign > 0 {
-			return "verified, with benign differences"
+			return "replay-verified, with benign differences"
 		}
-		return "verified"
+		return "replay-verified"
 	case VerifyPending:
 		return "unverified: replay running"
 	case VerifyNotDrawn:

@@ -1,7 +1,10 @@
 package dashboard
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -79,6 +82,24 @@ type Evaluation struct {
 	CostUSD      float64 `json:"cost_usd"`
 	InputTokens  int64   `json:"input_tokens"`
 	OutputTokens int64   `json:"output_tokens"`
+	// Waiting says why its unfinished attempts that no node in view can
+	// run wait, one entry per reason (none: nothing is blocked).
+	Waiting []Waiting `json:"waiting,omitempty"`
+}
+
+// Waiting is why unfinished attempts wait although nothing moves: no node
+// in view can run them (their limits exceed every slot, no node serves
+// their suite or group, every node that could failed or declined them),
+// or no node is in view at all. Blocked ones end with outcome
+// "unschedulable" and the reason at Deadline unless a node that can run
+// them comes into view.
+type Waiting struct {
+	Reason   string `json:"reason"`
+	Attempts int    `json:"attempts"`
+	// Blocked: nodes are in view and none can run them.
+	Blocked  bool      `json:"blocked"`
+	Since    time.Time `json:"since,omitzero"`
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // EvaluationDetail is an evaluation with its attempts and its agent's
@@ -111,6 +132,9 @@ type Attempt struct {
 	// it); "" for the agent's own attempt.
 	Kind     string `json:"kind,omitempty"`
 	ReplayOf string `json:"replay_of,omitempty"`
+	// Repro is the reproducibility check a capsule run is a run of (Task
+	// is then the check's ID, and there is no level).
+	Repro string `json:"repro,omitempty"`
 	// State is pending, done, failed or cancelled (the admin sees queued,
 	// assigned and reported instead of pending).
 	State    string    `json:"state"`
@@ -128,6 +152,9 @@ type Attempt struct {
 	// Verification is replay verification's word on its result (a
 	// model-driven attempt's, once scored).
 	Verification *Verification `json:"verification,omitempty"`
+	// Waiting says why it waits, while no node in view can run it (the
+	// admin: also why a queued one waits otherwise).
+	Waiting *Waiting `json:"waiting,omitempty"`
 
 	// Admin only.
 	Node          string `json:"node,omitempty"`
@@ -200,6 +227,12 @@ type Logs struct {
 	Detail   string `json:"detail,omitempty"`
 }
 
+// DetailRepeatsExit reports whether the detail only says the exit code
+// again ("exit code 2" beside exit code 2): it is then not shown twice.
+func (l Logs) DetailRepeatsExit() bool {
+	return strings.TrimSpace(l.Detail) == fmt.Sprintf("exit code %d", l.ExitCode)
+}
+
 // Call is one model call of an attempt's trajectory, readable.
 type Call struct {
 	Seq int `json:"seq"`
@@ -218,11 +251,76 @@ type Call struct {
 	OutputTokens int64     `json:"output_tokens"`
 	CostUSD      float64   `json:"cost_usd"`
 	// Request and Response are the messages read from the bodies; the
-	// bodies themselves follow, as sent and answered.
+	// bodies themselves follow, as sent and answered. NewFrom is where the
+	// messages new to this call start in Request: those before repeat the
+	// previous call's conversation (its request and answer, in the same
+	// assignment; MarkNew), which a reader has just read.
+	NewFrom      int       `json:"new_from,omitempty"`
 	Request      []Message `json:"request"`
 	Response     []Message `json:"response"`
 	RequestBody  string    `json:"request_body"`
 	ResponseBody string    `json:"response_body,omitempty"`
+}
+
+// NewRequest is the request's messages new to this call.
+func (c Call) NewRequest() []Message { return c.Request[min(c.NewFrom, len(c.Request)):] }
+
+// MarkNew sets each call's NewFrom: a call whose request begins with the
+// previous call's request and then its answer (an agent's conversation
+// growing call by call, as chat APIs are used) shows only what follows;
+// any other call (the first, another assignment's, a new conversation)
+// shows its whole request. A trajectory is thus read once, in time linear
+// in its length.
+func MarkNew(calls []Call) {
+	for i := range calls {
+		calls[i].NewFrom = 0
+		if i == 0 || calls[i-1].Assignment != calls[i].Assignment {
+			continue
+		}
+		prev, req := calls[i-1], calls[i].Request
+		n := len(prev.Request)
+		if n == 0 || len(req) < n || !sameMessages(req[:n], prev.Request) {
+			continue
+		}
+		for _, m := range prev.Response {
+			if n < len(req) && sameMessage(req[n], m) {
+				n++
+			}
+		}
+		calls[i].NewFrom = n
+	}
+}
+
+func sameMessages(a, b []Message) bool {
+	for i := range a {
+		if !sameMessage(a[i], b[i]) {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
+
+// sameMessage compares two messages as a reader would: role, text and
+// tool calls (their arguments as JSON values, however spaced).
+func sameMessage(a, b Message) bool {
+	if a.Role != b.Role || strings.TrimSpace(a.Content) != strings.TrimSpace(b.Content) || len(a.ToolCalls) != len(b.ToolCalls) {
+		return false
+	}
+	for i := range a.ToolCalls {
+		x, y := a.ToolCalls[i], b.ToolCalls[i]
+		if x.Name != y.Name || compactJSON(x.Arguments) != compactJSON(y.Arguments) {
+			return false
+		}
+	}
+	return true
+}
+
+func compactJSON(s string) string {
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(s)) != nil {
+		return s
+	}
+	return b.String()
 }
 
 // Message is one message of a model conversation.
@@ -303,6 +401,14 @@ type Repro struct {
 	Report json.RawMessage `json:"report,omitempty"`
 }
 
+// HasVerdict reports whether the check has said whether the capsule
+// reproduces.
+func (r Repro) HasVerdict() bool { return r.Reproducible != nil }
+
+// IsReproducible reports whether the check found the capsule
+// reproducible (false while it has not said).
+func (r Repro) IsReproducible() bool { return r.Reproducible != nil && *r.Reproducible }
+
 // ReproDraft is the draft task entry of a check without rules (package
 // bench/repro's Draft): each value found, and the draft spec (a rule per
 // kept value) the scientist edits and submits.
@@ -312,6 +418,23 @@ type ReproDraft struct {
 	Spec json.RawMessage `json:"spec"`
 	// Truncated names the files not read in full.
 	Truncated []string `json:"truncated,omitempty"`
+	// PublishedFiles counts the files of the capsule's published results/
+	// (as submitted) the runs were compared with; Unproduced names those
+	// no run wrote.
+	PublishedFiles int      `json:"published_files,omitempty"`
+	Unproduced     []string `json:"unproduced,omitempty"`
+}
+
+// NotReproducedPublished counts the published values the runs did not
+// reproduce, and the published files no run wrote.
+func (d ReproDraft) NotReproducedPublished() int {
+	n := len(d.Unproduced)
+	for _, v := range d.Values {
+		if v.Comparison == PublishedNotReproduced {
+			n++
+		}
+	}
+	return n
 }
 
 // Kept counts the values kept in the draft entry.
@@ -335,6 +458,35 @@ type ReproDraftValue struct {
 	Verdict  string    `json:"verdict"`
 	Interval *Interval `json:"interval,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
+	// Published is the value the capsule published at the same place,
+	// Comparison whether the runs reproduce it (reproduced,
+	// not_reproduced, not_compared, not_published; "" when the capsule
+	// published nothing), ComparisonReason why.
+	Published        string `json:"published,omitempty"`
+	Comparison       string `json:"comparison,omitempty"`
+	ComparisonReason string `json:"comparison_reason,omitempty"`
+}
+
+// Comparisons of a published value with a draft check's runs (package
+// bench/repro's).
+const (
+	PublishedReproduced    = "reproduced"
+	PublishedNotReproduced = "not_reproduced"
+)
+
+// ComparisonWords says a comparison as a reader reads it.
+func (v ReproDraftValue) ComparisonWords() string {
+	switch v.Comparison {
+	case PublishedReproduced:
+		return "yes"
+	case PublishedNotReproduced:
+		return "no"
+	case "not_compared":
+		return "not compared"
+	case "not_published":
+		return "nothing published here"
+	}
+	return "—"
 }
 
 // Kept reports whether the value is in the draft entry (stable, or an

@@ -76,9 +76,31 @@ type Price struct {
 	// CachedInput is an input token read from the cache.
 	CachedInput Money `json:"cached_input"`
 	// CacheWrite is an input token written to the cache (Anthropic's
-	// cache_creation_input_tokens; set it to the price of the longest
-	// cache lifetime allowed).
+	// cache_creation_input_tokens) for the longest lifetime allowed, or
+	// for a lifetime the provider did not say.
 	CacheWrite Money `json:"cache_write"`
+	// CacheWrite5m is an input token the provider says it wrote to the
+	// cache for five minutes (Anthropic's
+	// cache_creation.ephemeral_5m_input_tokens).
+	CacheWrite5m Money `json:"cache_write_5m,omitempty"`
+	// WebSearch and WebFetch are one use of a provider-side tool
+	// (Anthropic's usage.server_tool_use web_search_requests and
+	// web_fetch_requests), on top of the tokens it adds.
+	WebSearch Money `json:"web_search,omitempty"`
+	WebFetch  Money `json:"web_fetch,omitempty"`
+}
+
+// perMillion is dollars per million tokens (or per million uses) as
+// Money per token: exact, since prices are quoted to 1e-6 dollars.
+func perMillion(usd float64) (Money, error) {
+	m, err := Dollars(usd)
+	if err != nil {
+		return 0, err
+	}
+	if m%1_000_000 != 0 {
+		return 0, fmt.Errorf("%v USD per million is not a whole number of millionths of a dollar", usd)
+	}
+	return m / 1_000_000, nil
 }
 
 // PerMillion is the Price of dollars per million tokens: input, output,
@@ -106,30 +128,40 @@ func PerMillion(input, output, cachedInput, cacheWrite float64) (Price, error) {
 
 // WorstInput is the most one input token can cost, whatever the cache
 // does with it.
-func (p Price) WorstInput() Money { return max(p.Input, p.CachedInput, p.CacheWrite) }
+func (p Price) WorstInput() Money { return max(p.Input, p.CachedInput, p.CacheWrite, p.CacheWrite5m) }
 
 // Usage is a call's token counts as the provider reported them. Input
 // counts every input token: read from the cache, written to it or
-// neither.
+// neither. CacheWrite5m are the cache writes the provider says lasted
+// five minutes (part of CacheWrite; the rest is priced at the longest
+// lifetime). WebSearches and WebFetches count uses of provider-side
+// tools.
 type Usage struct {
-	Input       int64 `json:"input_tokens"`
-	Output      int64 `json:"output_tokens"`
-	CachedInput int64 `json:"cached_input_tokens,omitempty"`
-	CacheWrite  int64 `json:"cache_write_tokens,omitempty"`
+	Input        int64 `json:"input_tokens"`
+	Output       int64 `json:"output_tokens"`
+	CachedInput  int64 `json:"cached_input_tokens,omitempty"`
+	CacheWrite   int64 `json:"cache_write_tokens,omitempty"`
+	CacheWrite5m int64 `json:"cache_write_5m_tokens,omitempty"`
+	WebSearches  int64 `json:"web_searches,omitempty"`
+	WebFetches   int64 `json:"web_fetches,omitempty"`
 }
 
 // Add is u and v summed (saturating).
 func (u Usage) Add(v Usage) Usage {
 	return Usage{Input: add(u.Input, v.Input), Output: add(u.Output, v.Output),
-		CachedInput: add(u.CachedInput, v.CachedInput), CacheWrite: add(u.CacheWrite, v.CacheWrite)}
+		CachedInput: add(u.CachedInput, v.CachedInput), CacheWrite: add(u.CacheWrite, v.CacheWrite),
+		CacheWrite5m: add(u.CacheWrite5m, v.CacheWrite5m), WebSearches: add(u.WebSearches, v.WebSearches),
+		WebFetches: add(u.WebFetches, v.WebFetches)}
 }
 
 // Validate refuses usage no provider should report: negative counts, or
 // more cached and cache-written tokens than input tokens.
 func (u Usage) Validate() error {
 	switch {
-	case u.Input < 0 || u.Output < 0 || u.CachedInput < 0 || u.CacheWrite < 0:
+	case u.Input < 0 || u.Output < 0 || u.CachedInput < 0 || u.CacheWrite < 0 || u.CacheWrite5m < 0 || u.WebSearches < 0 || u.WebFetches < 0:
 		return fmt.Errorf("usage %+v has a negative count", u)
+	case u.CacheWrite5m > u.CacheWrite:
+		return fmt.Errorf("usage %+v: more five-minute cache writes (%d) than cache writes (%d)", u, u.CacheWrite5m, u.CacheWrite)
 	case add(u.CachedInput, u.CacheWrite) > u.Input:
 		return fmt.Errorf("usage %+v: cached (%d) and cache-write (%d) tokens exceed the input tokens (%d)",
 			u, u.CachedInput, u.CacheWrite, u.Input)
@@ -142,8 +174,11 @@ func Cost(p Price, u Usage) Money {
 	fresh := u.Input - u.CachedInput - u.CacheWrite
 	c := mul(fresh, int64(p.Input))
 	c = add(c, mul(u.CachedInput, int64(p.CachedInput)))
-	c = add(c, mul(u.CacheWrite, int64(p.CacheWrite)))
+	c = add(c, mul(u.CacheWrite-u.CacheWrite5m, int64(p.CacheWrite)))
+	c = add(c, mul(u.CacheWrite5m, int64(p.CacheWrite5m)))
 	c = add(c, mul(u.Output, int64(p.Output)))
+	c = add(c, mul(u.WebSearches, int64(p.WebSearch)))
+	c = add(c, mul(u.WebFetches, int64(p.WebFetch)))
 	return Money(c)
 }
 
@@ -162,14 +197,18 @@ type CallShape struct {
 	// MinOutput is the fewest output tokens worth calling for (fewer, when
 	// the client requested fewer).
 	MinOutput int64
+	// Fees are what the call may cost besides its tokens, at most:
+	// provider-side tools' per-use prices times their most uses.
+	Fees Money
 }
 
 // Plan is what a call may do: ask for at most MaxOutput tokens per
 // choice, and so cost at most Bound.
 type Plan struct {
 	MaxOutput int64
-	// InputCost is the most the input can cost, Bound the most the whole
-	// call can: InputCost + MaxOutput × Choices × the output price.
+	// InputCost is the most the input (and the call's fees) can cost,
+	// Bound the most the whole call can: InputCost + MaxOutput × Choices
+	// × the output price.
 	InputCost, Bound Money
 }
 
@@ -194,11 +233,11 @@ func (s *Shortfall) Unwrap() error { return ErrBudgetExhausted }
 // what is left cannot pay for MinOutput tokens (or the client's smaller
 // request). Whatever it returns, Bound <= avail.
 func PlanCall(avail Money, p Price, s CallShape) (Plan, error) {
-	if s.Choices < 1 || s.ModelMax < 1 || s.InputTokens < 0 || s.Requested < 0 || s.MinOutput < 1 {
-		return Plan{}, fmt.Errorf("call shape %+v: choices, model max and min output must be at least 1, input tokens and requested not negative", s)
+	if s.Choices < 1 || s.ModelMax < 1 || s.InputTokens < 0 || s.Requested < 0 || s.MinOutput < 1 || s.Fees < 0 {
+		return Plan{}, fmt.Errorf("call shape %+v: choices, model max and min output must be at least 1, input tokens, requested and fees not negative", s)
 	}
 	avail = max(avail, 0)
-	inCost := Money(mul(s.InputTokens, int64(p.WorstInput())))
+	inCost := Money(add(mul(s.InputTokens, int64(p.WorstInput())), int64(s.Fees)))
 	perToken := mul(int64(p.Output), s.Choices) // one output token in every choice
 	want := s.ModelMax
 	if s.Requested > 0 {

@@ -34,7 +34,8 @@ func TestPerMillion(t *testing.T) {
 }
 
 func TestCost(t *testing.T) {
-	p := Price{Input: 2_000_000, Output: 8_000_000, CachedInput: 500_000, CacheWrite: 2_500_000}
+	p := Price{Input: 2_000_000, Output: 8_000_000, CachedInput: 500_000, CacheWrite: 2_500_000, CacheWrite5m: 1_250_000,
+		WebSearch: USD / 100, WebFetch: 7}
 	for _, tc := range []struct {
 		name string
 		u    Usage
@@ -43,6 +44,8 @@ func TestCost(t *testing.T) {
 		{"plain", Usage{Input: 1000, Output: 100}, 1000*2_000_000 + 100*8_000_000},
 		{"cached", Usage{Input: 1000, CachedInput: 400, Output: 100}, 600*2_000_000 + 400*500_000 + 100*8_000_000},
 		{"cache write", Usage{Input: 1000, CachedInput: 400, CacheWrite: 100, Output: 0}, 500*2_000_000 + 400*500_000 + 100*2_500_000},
+		{"cache writes by lifetime", Usage{Input: 1000, CacheWrite: 300, CacheWrite5m: 200}, 700*2_000_000 + 100*2_500_000 + 200*1_250_000},
+		{"server tool uses", Usage{Input: 10, Output: 1, WebSearches: 3, WebFetches: 2}, 10*2_000_000 + 8_000_000 + 3*10_000_000_000 + 2*7},
 		{"saturates", Usage{Input: math.MaxInt64, Output: math.MaxInt64}, Money(math.MaxInt64)},
 	} {
 		if got := Cost(p, tc.u); got != tc.want {
@@ -66,6 +69,10 @@ func TestUsageValidate(t *testing.T) {
 		{Usage{Input: 10, Output: -5}, false},
 		{Usage{Input: 10, CachedInput: 8, CacheWrite: 3}, false},
 		{Usage{Input: 1, CachedInput: math.MaxInt64, CacheWrite: math.MaxInt64}, false},
+		{Usage{Input: 10, CacheWrite: 6, CacheWrite5m: 6, WebSearches: 2}, true},
+		{Usage{Input: 10, CacheWrite: 6, CacheWrite5m: 7}, false},
+		{Usage{Input: 10, CacheWrite5m: -1}, false},
+		{Usage{Input: 10, WebFetches: -1}, false},
 	} {
 		if err := tc.u.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%+v: Validate = %v, want ok %v", tc.u, err, tc.ok)
@@ -97,6 +104,9 @@ func TestPlanCall(t *testing.T) {
 		{"free output: the model's max", in, nil, Price{Input: 1_000_000}, 8192, false},
 		{"cached price higher than input: the worst counts", 1000 * 3_000_000, nil, Price{Input: 1_000_000, CachedInput: 3_000_000, Output: 0}, 8192, false},
 		{"cache write price is the worst", 1000*3_000_000 - 1, nil, Price{Input: 1_000_000, CacheWrite: 3_000_000}, 0, true},
+		{"five-minute cache write price is the worst", 1000*3_000_000 - 1, nil, Price{Input: 1_000_000, CacheWrite5m: 3_000_000}, 0, true},
+		{"fees come off before the output", in + USD/100 + 100*4_000_000, func(s CallShape) CallShape { s.Fees = USD / 100; return s }, p, 100, false},
+		{"fees the budget cannot pay", in + USD/100 - 1, func(s CallShape) CallShape { s.Fees = USD / 100; return s }, p, 0, true},
 	} {
 		s := shape
 		if tc.shape != nil {
@@ -114,7 +124,7 @@ func TestPlanCall(t *testing.T) {
 			t.Errorf("%s: got %+v, %v; want max output %d", tc.name, plan, err, tc.maxOutput)
 			continue
 		}
-		want := Money(s.InputTokens)*tc.price.WorstInput() + Money(plan.MaxOutput*s.Choices)*tc.price.Output
+		want := Money(s.InputTokens)*tc.price.WorstInput() + s.Fees + Money(plan.MaxOutput*s.Choices)*tc.price.Output
 		if plan.Bound != want || plan.Bound > tc.avail {
 			t.Errorf("%s: bound %v, want %v and at most %v", tc.name, plan.Bound, want, tc.avail)
 		}
@@ -161,7 +171,10 @@ func TestBudgetNeverExceeded(t *testing.T) {
 				i := rng.IntN(len(inFlight))
 				f := inFlight[i]
 				inFlight = append(inFlight[:i], inFlight[i+1:]...)
-				actual := adversarialCost(rng, f.p, f.s, f.plan)
+				actual, honest := adversarialCost(rng, f.p, f.s, f.plan)
+				if honest && actual > f.plan.Bound {
+					t.Fatalf("seed %d: honest usage costs %v over the bound %v (%+v, %+v)", seed, actual, f.plan.Bound, f.p, f.s)
+				}
 				ch, over, err := ledger.Settle(context.Background(), f.res, actual)
 				if err != nil {
 					t.Fatalf("seed %d: settle: %v", seed, err)
@@ -176,9 +189,13 @@ func TestBudgetNeverExceeded(t *testing.T) {
 				continue
 			}
 			p := Price{Input: Money(rng.Int64N(20_000_000)), Output: Money(rng.Int64N(80_000_000)),
-				CachedInput: Money(rng.Int64N(10_000_000)), CacheWrite: Money(rng.Int64N(30_000_000))}
+				CachedInput: Money(rng.Int64N(10_000_000)), CacheWrite: Money(rng.Int64N(30_000_000)), CacheWrite5m: Money(rng.Int64N(30_000_000)),
+				WebSearch: Money(1 + rng.Int64N(int64(USD/50)))}
 			s := CallShape{InputTokens: rng.Int64N(200_000), Choices: 1 + rng.Int64N(3), Requested: rng.Int64N(3) * rng.Int64N(5000),
 				ModelMax: 1 + rng.Int64N(64_000), MinOutput: 1 + rng.Int64N(32)}
+			if rng.IntN(4) == 0 { // a call with server tools: their fees
+				s.Fees = Money(rng.Int64N(6)) * p.WebSearch
+			}
 			attempt := "attempt/a" + string(rune('0'+rng.IntN(3)))
 			refs := []AccountRef{{Key: attempt, Cap: Money(rng.Int64N(int64(USD / 2)))}, {Key: "evaluation/e", Cap: caps["evaluation/e"]}, {Key: "group/g", Cap: caps["group/g"]}}
 			// An attempt's cap is fixed once given.
@@ -200,7 +217,8 @@ func TestBudgetNeverExceeded(t *testing.T) {
 			check(step)
 		}
 		for _, f := range inFlight {
-			ch, _, _ := ledger.Settle(context.Background(), f.res, adversarialCost(rng, f.p, f.s, f.plan))
+			actual, _ := adversarialCost(rng, f.p, f.s, f.plan)
+			ch, _, _ := ledger.Settle(context.Background(), f.res, actual)
 			for _, k := range f.res.Accounts {
 				charged[k] += ch
 			}
@@ -219,20 +237,27 @@ func TestBudgetNeverExceeded(t *testing.T) {
 
 // adversarialCost is what a provider reports for a call planned as plan:
 // honest usage within the plan, output past max_tokens, over-reported
-// input, absurd counts, or (for a call without valid usage) the bound.
-func adversarialCost(rng *rand.Rand, p Price, s CallShape, plan Plan) Money {
+// input, absurd counts, or (for a call without valid usage) the bound;
+// honest says it is usage within the plan (which must cost at most the
+// bound).
+func adversarialCost(rng *rand.Rand, p Price, s CallShape, plan Plan) (cost Money, honest bool) {
 	in := rng.Int64N(s.InputTokens + 1)
 	switch rng.IntN(5) {
-	case 0: // honest
-		return Cost(p, Usage{Input: in, Output: rng.Int64N(plan.MaxOutput*s.Choices + 1)})
+	case 0: // honest: cache writes of both lifetimes, server tool uses within the fees
+		w := rng.Int64N(in + 1)
+		u := Usage{Input: in, Output: rng.Int64N(plan.MaxOutput*s.Choices + 1), CacheWrite: w, CacheWrite5m: rng.Int64N(w + 1)}
+		if p.WebSearch > 0 {
+			u.WebSearches = rng.Int64N(int64(s.Fees/p.WebSearch) + 1)
+		}
+		return Cost(p, u), true
 	case 1: // ignores max_tokens
-		return Cost(p, Usage{Input: in, Output: plan.MaxOutput*s.Choices + 1 + rng.Int64N(100_000)})
+		return Cost(p, Usage{Input: in, Output: plan.MaxOutput*s.Choices + 1 + rng.Int64N(100_000)}), false
 	case 2: // over-reports the input
-		return Cost(p, Usage{Input: s.InputTokens * 10, Output: plan.MaxOutput})
+		return Cost(p, Usage{Input: s.InputTokens * 10, Output: plan.MaxOutput}), false
 	case 3: // absurd
-		return Cost(p, Usage{Input: math.MaxInt64, Output: math.MaxInt64})
+		return Cost(p, Usage{Input: math.MaxInt64, Output: math.MaxInt64}), false
 	default: // no usage: the bound
-		return plan.Bound
+		return plan.Bound, false
 	}
 }
 
@@ -277,11 +302,11 @@ func TestLedgerConcurrent(t *testing.T) {
 func FuzzPlanCall(f *testing.F) {
 	f.Add(int64(USD), int64(1_000_000), int64(4_000_000), int64(0), int64(0), int64(1000), int64(1), int64(0), int64(8192), int64(16))
 	f.Fuzz(func(t *testing.T, avail, in, out, cached, write, tokens, choices, requested, modelMax, minOut int64) {
-		p := Price{Input: Money(in), Output: Money(out), CachedInput: Money(cached), CacheWrite: Money(write)}
+		p := Price{Input: Money(in), Output: Money(out), CachedInput: Money(cached), CacheWrite: Money(write), CacheWrite5m: Money(write / 2)}
 		if in < 0 || out < 0 || cached < 0 || write < 0 {
 			return
 		}
-		s := CallShape{InputTokens: tokens, Choices: choices, Requested: requested, ModelMax: modelMax, MinOutput: minOut}
+		s := CallShape{InputTokens: tokens, Choices: choices, Requested: requested, ModelMax: modelMax, MinOutput: minOut, Fees: Money(cached)}
 		plan, err := PlanCall(Money(avail), p, s)
 		if err != nil {
 			return

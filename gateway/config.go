@@ -53,6 +53,10 @@ type Provider struct {
 	// AnthropicVersion is sent as anthropic-version when the client sent
 	// none; default 2023-06-01.
 	AnthropicVersion string `json:"anthropic_version,omitempty"`
+	// AnthropicBetas are anthropic-beta flags passed to this provider
+	// besides the gateway's own list (DefaultAnthropicBetas()). Add only
+	// flags whose cost the token prices and the call's bound cover.
+	AnthropicBetas []string `json:"anthropic_betas,omitempty"`
 }
 
 // Model is a model agents may call, as they name it.
@@ -72,6 +76,24 @@ type Model struct {
 	// provider adds around the messages (chat template, tool-use system
 	// prompt); default 1024.
 	InputOverhead int64 `json:"input_overhead,omitempty"`
+	// ServerTools are the provider-side tools (Anthropic's web_search_*,
+	// web_fetch_*), by tool type, that calls of this model may use, each
+	// metered at its price and bounded; any other is refused.
+	ServerTools map[string]ServerTool `json:"server_tools,omitempty"`
+}
+
+// ServerTool is a provider-side tool a model may use, and what bounds it.
+type ServerTool struct {
+	// Price is dollars per use (Anthropic's web search: 0.01; web
+	// fetch: 0).
+	Price float64 `json:"price"`
+	// MaxUses is the most uses in one call (the tool's max_uses is
+	// lowered to it); 1 to 20.
+	MaxUses int64 `json:"max_uses"`
+	// InputTokensPerUse bounds the input tokens one use adds (a search's
+	// results, a fetched page; web fetch's max_content_tokens is lowered
+	// to it); 1 to 1,000,000.
+	InputTokensPerUse int64 `json:"input_tokens_per_use"`
 }
 
 // PriceUSD is a price in dollars per million tokens, as price lists quote
@@ -80,7 +102,13 @@ type PriceUSD struct {
 	Input       float64 `json:"input"`
 	Output      float64 `json:"output"`
 	CachedInput float64 `json:"cached_input"`
-	CacheWrite  float64 `json:"cache_write"`
+	// CacheWrite is a token written to the cache for the longest
+	// lifetime allowed (Anthropic: one hour, 2 × input), or for a
+	// lifetime the provider did not report.
+	CacheWrite float64 `json:"cache_write"`
+	// CacheWrite5m is a token the provider reports written for five
+	// minutes (Anthropic: 1.25 × input); 0: CacheWrite.
+	CacheWrite5m float64 `json:"cache_write_5m,omitempty"`
 }
 
 // Limits bound what the gateway reads and how long a call may take.
@@ -99,6 +127,10 @@ type Limits struct {
 	// (fewer only when the client asked for fewer): below it the call is
 	// refused as over budget. Default 16.
 	MinOutputTokens int64 `json:"min_output_tokens,omitempty"`
+	// CountTokensPerMinute bounds an attempt's token counting calls
+	// (POST /v1/messages/count_tokens, free at the provider, so not
+	// bounded by a budget); default 60.
+	CountTokensPerMinute int `json:"count_tokens_per_minute,omitempty"`
 }
 
 // Duration is a time.Duration written in JSON as Go writes durations
@@ -139,6 +171,7 @@ const (
 	DefaultImageTokens      = 8192
 	DefaultInputOverhead    = 1024
 	DefaultAnthropicVersion = "2023-06-01"
+	DefaultCountTokensRate  = 60
 )
 
 // LoadConfig reads a JSON configuration and the providers' key files
@@ -208,6 +241,10 @@ type route struct {
 	endpoint string // the provider's URL for the model's API
 	// responses is an OpenAI provider's Responses URL.
 	responses string
+	// tools are the model's server tools by type; betas the
+	// anthropic-beta flags its provider takes.
+	tools map[string]serverTool
+	betas map[string]bool
 }
 
 // compiled is a validated configuration.
@@ -250,6 +287,11 @@ func (c Config) compile() (compiled, error) {
 		if p.AnthropicVersion == "" {
 			p.AnthropicVersion = DefaultAnthropicVersion
 		}
+		for _, b := range p.AnthropicBetas {
+			if b == "" || strings.ContainsAny(b, ", \t\r\n") || len(b) > 100 {
+				errs = append(errs, fmt.Errorf("%s: anthropic_betas entry %q is not one beta flag", name, b))
+			}
+		}
 		if strings.ContainsAny(p.Key, "\r\n") {
 			errs = append(errs, fmt.Errorf("%s: key has a line break", name))
 		}
@@ -269,6 +311,16 @@ func (c Config) compile() (compiled, error) {
 			errs = append(errs, fmt.Errorf("%s: provider %q is not configured", name, m.Provider))
 		}
 		price, err := PerMillion(m.Price.Input, m.Price.Output, m.Price.CachedInput, m.Price.CacheWrite)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+		price.CacheWrite5m = price.CacheWrite
+		if m.Price.CacheWrite5m != 0 {
+			if price.CacheWrite5m, err = perMillion(m.Price.CacheWrite5m); err != nil {
+				errs = append(errs, fmt.Errorf("%s: cache_write_5m price: %w", name, err))
+			}
+		}
+		tools, err := compileServerTools(m.ServerTools, p.API, &price)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
@@ -298,7 +350,8 @@ func (c Config) compile() (compiled, error) {
 			}
 		}
 		responses := strings.TrimSuffix(p.BaseURL, "/") + "/responses"
-		out.routes[m.Name] = route{model: m, provider: p, price: price, endpoint: endpoint, responses: responses}
+		out.routes[m.Name] = route{model: m, provider: p, price: price, endpoint: endpoint, responses: responses, tools: tools,
+			betas: anthropicBetas(p.AnthropicBetas)}
 	}
 	if err := out.limits.validate(); err != nil {
 		errs = append(errs, err)
@@ -325,6 +378,9 @@ func (l Limits) withDefaults() Limits {
 	if l.MinOutputTokens == 0 {
 		l.MinOutputTokens = DefaultMinOutputTokens
 	}
+	if l.CountTokensPerMinute == 0 {
+		l.CountTokensPerMinute = DefaultCountTokensRate
+	}
 	return l
 }
 
@@ -340,5 +396,73 @@ func (l Limits) validate() error {
 	if l.MinOutputTokens < 1 {
 		errs = append(errs, fmt.Errorf("limits: min output tokens %d is below 1", l.MinOutputTokens))
 	}
+	if l.CountTokensPerMinute < 1 || l.CountTokensPerMinute > 6000 {
+		errs = append(errs, fmt.Errorf("limits: count_tokens_per_minute %d is not in [1, 6000]", l.CountTokensPerMinute))
+	}
 	return errors.Join(errs...)
+}
+
+// serverTool is a configured provider-side tool: what kind it is, its
+// price per use and its bounds.
+type serverTool struct {
+	kind     string // "web_search" or "web_fetch"
+	price    Money
+	maxUses  int64
+	perUse   int64 // input tokens one use may add
+	typeName string
+}
+
+// serverToolKinds are the provider-side tools the gateway can meter: the
+// prefix of their type, and what their use is counted as in Anthropic's
+// usage.server_tool_use. Others (code execution, billed by container
+// time; MCP connectors) are refused.
+var serverToolKinds = []string{"web_search", "web_fetch"}
+
+// compileServerTools checks a model's server tools and sets their prices
+// in p.
+func compileServerTools(tools map[string]ServerTool, api string, p *Price) (map[string]serverTool, error) {
+	if len(tools) == 0 {
+		return nil, nil
+	}
+	if api != APIAnthropic {
+		return nil, errors.New("server_tools: only Anthropic models have server tools")
+	}
+	out := map[string]serverTool{}
+	var errs []error
+	seen := map[string]string{}
+	for typ, t := range tools {
+		kind := ""
+		for _, k := range serverToolKinds {
+			if strings.HasPrefix(typ, k+"_") {
+				kind = k
+			}
+		}
+		if kind == "" {
+			errs = append(errs, fmt.Errorf("server_tools %q: not a tool the gateway can meter (only %s_*)", typ, strings.Join(serverToolKinds, "_*, ")))
+			continue
+		}
+		if other, dup := seen[kind]; dup {
+			errs = append(errs, fmt.Errorf("server_tools %q: %s is already configured as %q (one version per kind: their uses are counted together)", typ, kind, other))
+			continue
+		}
+		seen[kind] = typ
+		price, err := Dollars(t.Price)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("server_tools %q: price: %w", typ, err))
+		}
+		if t.MaxUses < 1 || t.MaxUses > 20 {
+			errs = append(errs, fmt.Errorf("server_tools %q: max_uses %d is not in [1, 20]", typ, t.MaxUses))
+		}
+		if t.InputTokensPerUse < 1 || t.InputTokensPerUse > 1_000_000 {
+			errs = append(errs, fmt.Errorf("server_tools %q: input_tokens_per_use %d is not in [1, 1000000]", typ, t.InputTokensPerUse))
+		}
+		switch kind {
+		case "web_search":
+			p.WebSearch = price
+		case "web_fetch":
+			p.WebFetch = price
+		}
+		out[typ] = serverTool{kind: kind, price: price, maxUses: t.MaxUses, perUse: t.InputTokensPerUse, typeName: typ}
+	}
+	return out, errors.Join(errs...)
 }

@@ -88,3 +88,61 @@ func TestLoadConfig(t *testing.T) {
 		t.Errorf("a misspelt field: %v", err)
 	}
 }
+
+func TestServerToolsConfig(t *testing.T) {
+	base := func(m Model) Config {
+		return Config{Providers: []Provider{{Name: "a", API: APIAnthropic, BaseURL: "https://api.anthropic.com", AnthropicBetas: []string{"x-2026"}},
+			{Name: "o", API: APIOpenAI, BaseURL: "https://api.openai.com/v1"}}, Models: []Model{m}}
+	}
+	ok := Model{Name: "c", Provider: "a", MaxOutput: 100, Price: PriceUSD{Input: 3, Output: 15, CacheWrite: 6, CacheWrite5m: 3.75},
+		ServerTools: map[string]ServerTool{"web_search_20250305": {Price: 0.01, MaxUses: 5, InputTokensPerUse: 8000},
+			"web_fetch_20250910": {MaxUses: 2, InputTokensPerUse: 20000}}}
+	cc, err := base(ok).compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := cc.routes["c"]
+	if rt.price.WebSearch != USD/100 || rt.price.WebFetch != 0 || rt.price.CacheWrite5m != 3_750_000 || rt.price.CacheWrite != 6_000_000 ||
+		rt.tools["web_search_20250305"].maxUses != 5 || rt.tools["web_fetch_20250910"].perUse != 20000 || !rt.betas["x-2026"] ||
+		!rt.betas["claude-code-20250219"] {
+		t.Fatalf("route %+v", rt)
+	}
+	for _, tc := range []struct {
+		name string
+		m    func(Model) Model
+		want string
+	}{
+		{"a tool billed by container time", func(m Model) Model {
+			m.ServerTools = map[string]ServerTool{"code_execution_20250522": {MaxUses: 1, InputTokensPerUse: 1}}
+			return m
+		}, "code_execution_20250522"},
+		{"no max_uses", func(m Model) Model {
+			m.ServerTools = map[string]ServerTool{"web_search_20250305": {Price: 0.01, InputTokensPerUse: 1}}
+			return m
+		}, "max_uses 0"},
+		{"no tokens per use", func(m Model) Model {
+			m.ServerTools = map[string]ServerTool{"web_search_20250305": {Price: 0.01, MaxUses: 1}}
+			return m
+		}, "input_tokens_per_use 0"},
+		{"two versions of one kind", func(m Model) Model {
+			m.ServerTools = map[string]ServerTool{"web_search_20250305": {MaxUses: 1, InputTokensPerUse: 1}, "web_search_20260209": {MaxUses: 1, InputTokensPerUse: 1}}
+			return m
+		}, "already configured"},
+		{"a negative price", func(m Model) Model {
+			m.ServerTools = map[string]ServerTool{"web_search_20250305": {Price: -1, MaxUses: 1, InputTokensPerUse: 1}}
+			return m
+		}, "price"},
+		{"an OpenAI model", func(m Model) Model { m.Provider = "o"; return m }, "only Anthropic models"},
+		{"a five-minute price finer than a millionth", func(m Model) Model { m.Price.CacheWrite5m = 0.0000001; return m }, "cache_write_5m"},
+	} {
+		if err := base(tc.m(ok)).Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
+		}
+	}
+	bad := base(Model{Name: "c", Provider: "a", MaxOutput: 1})
+	bad.Providers[0].AnthropicBetas = []string{"a,b"}
+	bad.Limits.CountTokensPerMinute = -1
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `"a,b"`) || !strings.Contains(err.Error(), "count_tokens_per_minute") {
+		t.Errorf("bad betas and rate: %v", err)
+	}
+}

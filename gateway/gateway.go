@@ -12,10 +12,14 @@
 // It serves OpenAI's chat completions (POST /v1/chat/completions,
 // streaming or not, tool calls passed through untouched), OpenAI's
 // Responses API (POST /v1/responses, responses.go), Anthropic's
-// Messages API (POST /v1/messages), Google's Gemini API (POST
+// Messages API (POST /v1/messages; POST /v1/messages/count_tokens,
+// forwarded free, count_tokens.go), Google's Gemini API (POST
 // /v1beta/models/{model}:generateContent, :streamGenerateContent and
 // :countTokens, gemini.go) and the model lists (GET /v1/models, GET
-// /v1beta/models).
+// /v1beta/models). No provider key leaves it but on the provider's own
+// connection: the provider client follows no redirect and only an
+// allow-list of answer headers, scrubbed, reaches the agent
+// (hygiene.go).
 // It owns the arithmetic of money, prices and budgets (budget.go, pure,
 // with the proof that a budget is never exceeded), the reading and
 // rewriting of the APIs' requests, answers and streams (openai.go,
@@ -67,6 +71,7 @@ type Gateway struct {
 
 	chains  *chains
 	replays *replayBook
+	counts  *rateWindows // token counting calls per attempt
 }
 
 // maxKeptHeads bounds the chain heads kept in memory.
@@ -87,7 +92,8 @@ const ChainHeader = modelnet.ChainHeader
 // Option changes a Gateway.
 type Option func(*Gateway)
 
-// WithHTTPClient sets the client that calls providers.
+// WithHTTPClient sets the client that calls providers (a copy of it that
+// never follows a redirect, whatever its CheckRedirect).
 func WithHTTPClient(c *http.Client) Option { return func(g *Gateway) { g.client = c } }
 
 // WithLogger sets the logger.
@@ -119,6 +125,8 @@ func New(cfg Config, auth Authorizer, ledger Ledger, rec Recorder, opts ...Optio
 	for _, o := range opts {
 		o(g)
 	}
+	g.client = noRedirects(g.client)
+	g.counts = newRateWindows(g.limits.CountTokensPerMinute, time.Minute)
 	for _, p := range cfg.Providers {
 		// Shorter keys would make scrubbing replace ordinary text.
 		if len(p.Key) >= 8 {
@@ -140,6 +148,9 @@ type adapter struct {
 	// Responses API's, or Gemini's, which depends on the method);
 	// otherwise the route's.
 	endpoint func(route) string
+	// prepare, when set, checks a request against its route and says
+	// what the route adds (anthropic.go).
+	prepare func(callRequest, route, http.Header) (callExtra, error)
 }
 
 // assembler rebuilds an answer from its stream.
@@ -159,10 +170,11 @@ var (
 		assembler: func() assembler { return &chatAssembler{} }}
 	anthropicAdapter = adapter{api: APIAnthropic, call: CallAnthropicMessages, parse: parseMessagesRequest,
 		rewrite: func(r callRequest, rt route, n int64) ([]byte, error) {
-			return rewriteMessages(r, rt.model.Upstream, n)
+			return rewriteMessages(r, rt.model.Upstream, n, rt.tools)
 		},
 		response:  parseMessagesResponse,
-		assembler: func() assembler { return &messagesAssembler{} }}
+		assembler: func() assembler { return &messagesAssembler{} },
+		prepare:   prepareMessages}
 )
 
 // ServeHTTP implements http.Handler.
@@ -174,6 +186,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.serveCall(w, r, anthropicAdapter)
 	case "/v1/responses":
 		g.serveCall(w, r, responsesAdapter)
+	case "/v1/messages/count_tokens":
+		g.serveCountTokens(w, r)
 	case "/v1/models":
 		g.serveModels(w, r)
 	default:
@@ -245,20 +259,32 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, APIOpenAI, status, typ, err.Error())
 		return
 	}
+	// Each entry is in both APIs' shapes (OpenAI's object, created,
+	// owned_by; Anthropic's type, display_name, created_at), and so is
+	// the list (Anthropic's has_more, first_id, last_id): clients read
+	// their own fields and ignore the others.
 	type entry struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
+		ID          string `json:"id"`
+		Object      string `json:"object"`
+		Created     int64  `json:"created"`
+		OwnedBy     string `json:"owned_by"`
+		Type        string `json:"type"`
+		DisplayName string `json:"display_name"`
+		CreatedAt   string `json:"created_at"`
 	}
 	list := []entry{}
 	for name, rt := range g.routes {
 		if len(grant.Models) == 0 || slices.Contains(grant.Models, name) {
-			list = append(list, entry{ID: name, Object: "model", OwnedBy: rt.provider.Name})
+			list = append(list, entry{ID: name, Object: "model", OwnedBy: rt.provider.Name, Type: "model", DisplayName: name,
+				CreatedAt: "1970-01-01T00:00:00Z"})
 		}
 	}
 	slices.SortFunc(list, func(a, b entry) int { return strings.Compare(a.ID, b.ID) })
-	writeJSON(w, map[string]any{"object": "list", "data": list})
+	out := map[string]any{"object": "list", "data": list, "has_more": false, "first_id": nil, "last_id": nil}
+	if len(list) > 0 {
+		out["first_id"], out["last_id"] = list[0].ID, list[len(list)-1].ID
+	}
+	writeJSON(w, out)
 }
 
 // serveCall serves one model call.
@@ -302,6 +328,13 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 		writeAPIError(w, a.api, http.StatusForbidden, errPermission, err.Error())
 		return
 	}
+	ext := callExtra{Rounds: 1}
+	if a.prepare != nil {
+		if ext, err = a.prepare(req, rt, r.Header); err != nil {
+			writeAPIError(w, a.api, http.StatusBadRequest, errInvalidRequest, err.Error())
+			return
+		}
+	}
 	if grant.Replay != "" {
 		g.serveReplay(w, r, a, grant, req, body, start)
 		return
@@ -317,8 +350,8 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 		Group: grant.Group, Task: grant.Task, API: a.call, Model: req.Model, Upstream: rt.model.Upstream,
 		Provider: rt.provider.Name, Stream: req.Stream, Started: start.UTC()}
 	c.Request = g.put(ctx, body)
-	shape := CallShape{InputTokens: InputBound(max(len(body), len(longest)), req.Images, rt.model), Choices: req.Choices,
-		Requested: req.Requested, ModelMax: rt.model.MaxOutput, MinOutput: g.limits.MinOutputTokens}
+	shape := CallShape{InputTokens: ext.inputTokens(InputBound(max(len(body), len(longest)), req.Images, rt.model)), Choices: req.Choices,
+		Requested: req.Requested, ModelMax: rt.model.MaxOutput, MinOutput: max(g.limits.MinOutputTokens, ext.MinOutput), Fees: ext.Fees}
 	res, plan, err := g.reserve(ctx, grant.Accounts(), func(avail Money) (Plan, error) {
 		return PlanCall(avail, rt.price, shape)
 	})
@@ -368,7 +401,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 	if !bytes.Equal(fwd, body) {
 		c.Forwarded = g.put(ctx, fwd)
 	}
-	g.forward(ctx, w, r.Header, a, rt, req, fwd, &c, settle)
+	g.forward(ctx, w, ext, a, rt, req, fwd, &c, settle)
 }
 
 // InputBound is the most input tokens a request body of n bytes with the
@@ -384,8 +417,10 @@ func InputBound(n int, images int64, m Model) int64 {
 }
 
 // forward makes the call upstream and relays the answer, filling c; a
-// whole answer is given only after settle.
-func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, clientHeader http.Header, a adapter, rt route, req callRequest, fwd []byte, c *Call, settle func()) {
+// whole answer is given only after settle. The provider gets the headers
+// the route's preparation chose (ext.Header: Anthropic's version and beta
+// flags), never the client's own, and the provider's key.
+func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, ext callExtra, a adapter, rt route, req callRequest, fwd []byte, c *Call, settle func()) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(g.limits.CallTimeout))
 	defer cancel()
 	var wrote atomic.Bool
@@ -410,9 +445,11 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, clientHead
 	} else {
 		up.Header.Set("Accept", "application/json")
 	}
+	for k, v := range ext.Header {
+		up.Header[k] = v
+	}
 	if rt.provider.API == APIAnthropic {
 		up.Header.Set("x-api-key", rt.provider.Key)
-		up.Header.Set("anthropic-version", cmpOr(clientHeader.Get("anthropic-version"), rt.provider.AnthropicVersion))
 	} else if rt.provider.API == APIGemini {
 		up.Header.Set("x-goog-api-key", rt.provider.Key)
 	} else if rt.provider.Key != "" {
@@ -469,6 +506,7 @@ func (g *Gateway) forward(ctx context.Context, w http.ResponseWriter, clientHead
 	// Charged and recorded before the client has it: a crash after this
 	// point cannot have given an answer for free.
 	settle()
+	g.relayHeaders(w.Header(), resp.Header)
 	w.Header().Set(ChainHeader, c.Chain)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
@@ -485,6 +523,15 @@ func (g *Gateway) relayRefusal(w http.ResponseWriter, a adapter, rt route, req c
 	c.Response = g.put(context.Background(), b)
 	c.Error = fmt.Sprintf("the provider answered %d", resp.StatusCode)
 	// Providers do not bill refused calls: nothing is charged.
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		// Never followed (noRedirects): the key would go where the
+		// provider points.
+		g.log.Error("provider redirected the gateway", "provider", rt.provider.Name, "status", resp.StatusCode,
+			"location", string(g.scrub([]byte(resp.Header.Get("Location")))))
+		c.Status = http.StatusBadGateway
+		writeAPIError(w, a.api, http.StatusBadGateway, errAPI, fmt.Sprintf("the provider of %s answered with a redirect, which the gateway does not follow; tell the operator", req.Model))
+		return
+	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		g.log.Error("provider refused the gateway's credentials", "provider", rt.provider.Name, "status", resp.StatusCode, "answer", string(b))
 		c.Status = http.StatusBadGateway
@@ -492,10 +539,8 @@ func (g *Gateway) relayRefusal(w http.ResponseWriter, a adapter, rt route, req c
 		return
 	}
 	c.Status = resp.StatusCode
-	w.Header().Set("Content-Type", cmpOr(resp.Header.Get("Content-Type"), "application/json"))
-	if ra := resp.Header.Get("Retry-After"); ra != "" {
-		w.Header().Set("Retry-After", ra)
-	}
+	g.relayHeaders(w.Header(), resp.Header)
+	w.Header().Set("Content-Type", relayedContentType(resp.Header.Get("Content-Type")))
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(b)
 }
@@ -505,6 +550,7 @@ func (g *Gateway) relayRefusal(w http.ResponseWriter, a adapter, rt route, req c
 // does not get it (the gateway asked for it). When the client goes away
 // the call upstream is cancelled.
 func (g *Gateway) relayStream(w http.ResponseWriter, a adapter, rt route, req callRequest, resp *http.Response, c *Call, cancel context.CancelFunc) {
+	g.relayHeaders(w.Header(), resp.Header)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)

@@ -382,7 +382,7 @@ func TestAnthropicMessages(t *testing.T) {
 	// Call 1: a tool call of 1 + 3 tokens ({"cmd":" cat  a"}); call 2:
 	// "It is 42." 3 tokens.
 	w1, w2 := cost(claudePrice, 800, 0, 600, 4), cost(claudePrice, 2000, 1500, 300, 3)
-	if calls[0].Cost != w1 || calls[1].Cost != w2 || calls[1].Usage != (gateway.Usage{Input: 2000, Output: 3, CachedInput: 1500, CacheWrite: 300}) {
+	if calls[0].Cost != w1 || calls[1].Cost != w2 || calls[1].Usage != (gateway.Usage{Input: 2000, Output: 3, CachedInput: 1500, CacheWrite: 300, CacheWrite5m: 300}) {
 		t.Fatalf("costs %v %v (usage %+v), want %v %v", calls[0].Cost, calls[1].Cost, calls[1].Usage, w1, w2)
 	}
 	var msg struct {
@@ -590,8 +590,14 @@ func TestRefusedCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var list struct{ Data []struct{ ID string } }
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Data) != 1 || list.Data[0].ID != "gpt-sim" {
+	var list struct {
+		Data []struct{ ID, Object, Type string }
+		// Anthropic's list fields.
+		HasMore bool   `json:"has_more"`
+		FirstID string `json:"first_id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Data) != 1 || list.Data[0].ID != "gpt-sim" ||
+		list.Data[0].Object != "model" || list.Data[0].Type != "model" || list.HasMore || list.FirstID != "gpt-sim" {
 		t.Fatalf("models: %+v %v", list, err)
 	}
 }

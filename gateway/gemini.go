@@ -817,7 +817,7 @@ func (g *Gateway) serveGeminiCount(w http.ResponseWriter, r *http.Request, model
 	var once sync.Once
 	settle := func() { once.Do(func() { c.Chain = g.finish(ctx, c) }) }
 	defer settle()
-	g.forward(ctx, w, r.Header, a, rt, req, fwd, &c, settle)
+	g.forward(ctx, w, callExtra{}, a, rt, req, fwd, &c, settle)
 }
 
 // parseGeminiCount reads a countTokens body: contents, or a whole

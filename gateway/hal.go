@@ -107,8 +107,8 @@ func ToHAL(task string, calls []TrajectoryCall) (HALTrajectory, error) {
 	var first, last time.Time
 	for i, c := range calls {
 		cost = Money(add(int64(cost), int64(max(c.Cost, 0))))
-		if c.Status != 200 || c.ResponseBody == nil {
-			continue
+		if c.Status != 200 || c.ResponseBody == nil || c.API == CallAnthropicCountTokens {
+			continue // token counts are no model call of HAL's
 		}
 		if c.UsageReported {
 			t := out.Usage[c.Model]

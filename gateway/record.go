@@ -143,7 +143,10 @@ func BodySum(id string) ([sha256.Size]byte, error) {
 	return [sha256.Size]byte(d.Digest), nil
 }
 
-// Exchanges are a trajectory's calls as verification reads them.
+// Exchanges are a trajectory's calls as verification reads them. Token
+// counts are among them: package verify reads them as no turn of a
+// conversation (they bind nothing) and pairs a replay's with them by
+// content.
 func Exchanges(calls []TrajectoryCall) []verify.Exchange {
 	out := make([]verify.Exchange, len(calls))
 	for i, c := range calls {

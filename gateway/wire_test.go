@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -109,8 +110,13 @@ func TestParseMessagesRequest(t *testing.T) {
 		{"thinking blocks", `{"model":"c","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"s"},{"type":"tool_use","id":"t","name":"bash","input":{}}]}]}`, "", 0},
 		{"no max_tokens", `{"model":"c","messages":[{"role":"user","content":"hi"}]}`, "max_tokens is required", 0},
 		{"a document", `{"model":"c","max_tokens":10,"messages":[{"role":"user","content":[{"type":"document","source":{}}]}]}`, `block type "document"`, 0},
-		{"a server tool", `{"model":"c","max_tokens":10,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"hi"}]}`, "web_search_20250305", 0},
+		{"a server tool the gateway cannot meter", `{"model":"c","max_tokens":10,"tools":[{"type":"code_execution_20250522","name":"code_execution"}],"messages":[{"role":"user","content":"hi"}]}`, "code_execution_20250522", 0},
+		{"a client tool of Anthropic's", `{"model":"c","max_tokens":10,"tools":[{"name":"x","input_schema":{}},{"type":"bash_20250124","name":"bash"}],"messages":[{"role":"user","content":"hi"}]}`, `tools[1]: type "bash_20250124"`, 0},
+		{"a server tool it can meter passes here (the route decides)", `{"model":"c","max_tokens":10,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":"hi"}]}`, "", 0},
 		{"MCP", `{"model":"c","max_tokens":10,"mcp_servers":[{}],"messages":[{"role":"user","content":"hi"}]}`, "mcp_servers", 0},
+		{"fast mode", `{"model":"c","max_tokens":10,"speed":"fast","messages":[{"role":"user","content":"hi"}]}`, `speed "fast"`, 0},
+		{"standard speed", `{"model":"c","max_tokens":10,"speed":"standard","messages":[{"role":"user","content":"hi"}]}`, "", 0},
+		{"a pinned region", `{"model":"c","max_tokens":10,"inference_geo":"us","messages":[{"role":"user","content":"hi"}]}`, `inference_geo "us"`, 0},
 		{"nested too deep", `{"model":"c","max_tokens":10,"messages":[{"role":"user","content":[{"type":"tool_result","content":[{"type":"tool_result","content":[{"type":"text"}]}]}]}]}`, "nested too deep", 0},
 	} {
 		r, err := parseMessagesRequest([]byte(tc.body))
@@ -128,7 +134,7 @@ func TestParseMessagesRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, _ := rewriteMessages(r, "claude-up", 2000)
+	out, _ := rewriteMessages(r, "claude-up", 2000, nil)
 	if !bytes.Contains(out, []byte(`"max_tokens":2000`)) || !bytes.Contains(out, []byte(`"budget_tokens":1999`)) || !bytes.Contains(out, []byte(`"model":"claude-up"`)) {
 		t.Fatalf("rewritten %s: want max_tokens 2000, the thinking budget under it, the upstream model", out)
 	}
@@ -445,6 +451,7 @@ func FuzzChatRequest(f *testing.F) {
 
 func FuzzMessagesRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"c","max_tokens":50,"thinking":{"budget_tokens":60},"messages":[{"role":"user","content":[{"type":"image"}]}]}`))
+	f.Add([]byte(`{"model":"c","max_tokens":50,"tools":[{"type":"web_search_20250305","name":"w","max_uses":2}],"messages":[{"role":"assistant","content":[{"type":"web_search_tool_result","content":[]}]}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := parseMessagesRequest(b)
 		if err != nil {
@@ -453,7 +460,16 @@ func FuzzMessagesRequest(f *testing.F) {
 		if r.Model == "" || r.Requested < 1 || r.Images < 0 {
 			t.Fatalf("accepted %q as %+v", b, r)
 		}
-		out, err := rewriteMessages(r, "up", 7)
+		rt := route{betas: anthropicBetas(nil), tools: map[string]serverTool{"web_search_20250305": {kind: "web_search", price: 7, maxUses: 3, perUse: 100}}}
+		if e, err := prepareMessages(r, rt, http.Header{}); err == nil && (e.Rounds < 1 || e.ToolTokens < 0 || e.Fees < 0) {
+			t.Fatalf("%q: prepared %+v", b, e)
+		}
+		if out, err := rewriteMessages(r, "up", 7, rt.tools); err == nil {
+			if again, err := parseMessagesRequest(out); err != nil || again.Requested != 7 {
+				t.Fatalf("rewrite with server tools of %q gives %q: %+v, %v", b, out, again, err)
+			}
+		}
+		out, err := rewriteMessages(r, "up", 7, nil)
 		if err != nil {
 			return
 		}

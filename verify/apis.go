@@ -19,6 +19,18 @@ const (
 	APIGeminiGenerate  = "gemini.generateContent"
 )
 
+// APIs that only count a prompt's tokens (the gateway's call names): not
+// turns of a conversation. Their requests are read as one message of
+// their canonical JSON (so that a replay pairs them by content) and their
+// answers as none (a count binds no answer).
+const (
+	APIGeminiCountTokens    = "gemini.countTokens"
+	APIAnthropicCountTokens = "anthropic.count_tokens"
+)
+
+// counting reports whether api only counts tokens.
+func counting(api string) bool { return api == APIGeminiCountTokens || api == APIAnthropicCountTokens }
+
 // responsesItem is an item of a Responses input or output.
 type responsesItem struct {
 	Type      string          `json:"type"`

@@ -76,3 +76,30 @@ func TestOtherAPIs(t *testing.T) {
 		})
 	}
 }
+
+// TestCountingCalls: calls that only count a prompt's tokens (Gemini's
+// countTokens, Anthropic's count_tokens) are not turns of a conversation:
+// among an agent's calls they raise no finding, bind nothing, and a
+// replay's identical counting call is paired with the recorded one.
+func TestCountingCalls(t *testing.T) {
+	for _, api := range []string{"gemini.countTokens", "anthropic.count_tokens"} {
+		t.Run(api, func(t *testing.T) {
+			count := verify.Exchange{API: api, Model: "x", Request: []byte(`{"contents":[{"role":"user","parts":[{"text":"the answer is 42"}]}]}`),
+				Response: []byte(`{"totalTokens":12,"input_tokens":12}`)}
+			conv := apiConv(verify.APIGeminiGenerate, "Find the answer.", "the answer is 7")
+			rec := []verify.Exchange{conv[0], count, conv[1]}
+			if f := verify.CheckAppendOnly(rec); len(f) != 0 {
+				t.Fatalf("findings %+v", f)
+			}
+			if un := verify.Unbound(verify.Bind(rec, answers("q", "42"))); len(un) != 1 {
+				t.Fatalf("a counting call's request bound an answer: unbound %v", un)
+			}
+			m := verify.NewMatcher(rec, verify.DefaultTolerance())
+			x, err := m.Match(strip(count))
+			if err != nil {
+				t.Fatalf("the replay's counting call: %v", err)
+			}
+			m.Commit(x)
+		})
+	}
+}

@@ -90,6 +90,10 @@ type Turns struct {
 func ReadTurns(exchanges []Exchange) Turns {
 	t := Turns{Requests: make([][]Message, len(exchanges)), Answers: make([]Message, len(exchanges))}
 	for i, e := range exchanges {
+		if counting(e.API) {
+			t.Requests[i] = []Message{{Role: RoleUser, Text: canonicalJSON(e.Request)}}
+			continue
+		}
 		req, err := RequestMessages(e.API, e.Request)
 		if err != nil {
 			t.Unreadable = append(t.Unreadable, Finding{Step: i, Kind: FindingUnreadable, Detail: "request: " + err.Error()})

@@ -119,6 +119,14 @@ func pick(tol Tolerance, cands []candidate, taken func(int) bool, api, model str
 // of an API it cannot read is one message holding its canonical JSON, so
 // that such calls are paired by their whole content.
 func readLenient(e Exchange) ([]Message, Message, bool) {
+	if counting(e.API) {
+		// Paired by content, like a body this package cannot read.
+		req := []Message{{Role: RoleUser, Text: canonicalJSON(e.Request)}}
+		if e.Failed || len(e.Response) == 0 {
+			return req, Message{}, false
+		}
+		return req, Message{Role: RoleAssistant, Text: canonicalJSON(e.Response)}, true
+	}
 	req, err := RequestMessages(e.API, e.Request)
 	if err != nil {
 		req = []Message{{Role: RoleUser, Text: canonicalJSON(e.Request)}}

@@ -120,7 +120,8 @@ type Report struct {
 	// NotReproduced lists the questions that did not reproduce.
 	NotReproduced []string `json:"not_reproduced"`
 	// Reproducible: every run succeeded and every question reproduced
-	// (a draft: no value was flagged).
+	// (a draft: no value was flagged, and the runs reproduce every value
+	// the capsule published).
 	Reproducible bool `json:"reproducible"`
 	// Draft is a draft check's (a spec without rules): every value found
 	// in the runs' results/ with its verdict; Task is then the draft entry
@@ -130,7 +131,9 @@ type Report struct {
 
 // Check turns the runs into a report. claimed, when not nil, holds the
 // capsule's files as submitted (its results/ folder holds the author's
-// outputs); each rule is applied to them too, and a question reproduces
+// outputs). A draft check compares every value found with the one
+// published at the same place (ComparePublished). Otherwise each rule is
+// applied to them too, and a question reproduces
 // only when that claimed answer passes CORE-Bench's grading against the
 // runs: a number inside the runs' prediction interval, a string or list
 // equal to the runs'. Without claimed files a question reproduces when it
@@ -157,11 +160,15 @@ func Check(spec Spec, runs []Run, claimed map[string][]byte) (Report, error) {
 		if err != nil {
 			return Report{}, fmt.Errorf("reproducibility check of %s: %w", spec.Capsule.CapsuleID, err)
 		}
+		ComparePublished(&d, ok, claimed)
 		rep.Task, rep.Draft = task, &d
 		for _, v := range d.Values {
-			if !v.Kept() {
+			if !v.Kept() || v.Comparison == PublishedNotReproduced {
 				rep.NotReproduced = append(rep.NotReproduced, v.Question)
 			}
+		}
+		for _, f := range d.Unproduced {
+			rep.NotReproduced = append(rep.NotReproduced, "published file "+f+": written by no run")
 		}
 		rep.Reproducible = len(rep.NotReproduced) == 0 && len(rep.FailedRuns) == 0
 		return rep, nil
@@ -322,6 +329,9 @@ type Status struct {
 	RunsWanted int     `json:"runs_wanted"`
 	Report     *Report `json:"report,omitempty"`
 	Error      string  `json:"error,omitempty"`
+	// Waiting says why runs wait that no node can run (the coordinator's
+	// words, one line per reason).
+	Waiting []string `json:"waiting,omitempty"`
 }
 
 // Status states.
@@ -364,6 +374,15 @@ func (r Report) WriteText(w io.Writer) error {
 	if r.Draft != nil {
 		fmt.Fprintf(&b, "draft entry: %d values kept, %d flagged (the draft's spec, with --json, checks them with rules once edited)\n",
 			len(r.Draft.Spec.Rules), len(r.NotReproduced))
+		if r.Draft.Published > 0 {
+			if n := len(r.Draft.NotReproducedPublished()); n > 0 {
+				fmt.Fprintf(&b, "the capsule's published results are NOT reproduced: %d published value(s) or file(s) not reproduced\n", n)
+			} else {
+				b.WriteString("the runs reproduce every value the capsule published\n")
+			}
+		} else {
+			b.WriteString("the capsule published no results/ to compare with\n")
+		}
 	} else if r.Reproducible {
 		b.WriteString("the capsule reproduces\n")
 	} else {
@@ -394,7 +413,16 @@ func writeDraft(b *strings.Builder, d Draft) {
 				fmt.Fprintf(b, "      95%% prediction interval [%.10g, %.10g] (mean %.10g over %d runs)\n", v.Interval.Lower, v.Interval.Upper, v.Interval.Mean, v.Interval.N)
 			}
 			fmt.Fprintf(b, "      %s\n", v.Reason)
+			switch v.Comparison {
+			case PublishedReproduced:
+				fmt.Fprintf(b, "      published %s: reproduced (%s)\n", clip(v.Published), v.ComparisonReason)
+			case PublishedNotReproduced:
+				fmt.Fprintf(b, "      published %s: NOT reproduced (%s)\n", clip(v.Published), v.ComparisonReason)
+			}
 		}
+	}
+	for _, f := range d.Unproduced {
+		fmt.Fprintf(b, "  NOT reproduced: published file %s is written by no run\n", f)
 	}
 	for _, t := range d.Truncated {
 		fmt.Fprintf(b, "  not read whole: %s\n", t)

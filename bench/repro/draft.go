@@ -78,6 +78,14 @@ type DraftValue struct {
 	Verdict  string    `json:"verdict"`
 	Interval *Interval `json:"interval,omitempty"`
 	Reason   string    `json:"reason"`
+	// Published is the value the capsule published at the same place (its
+	// results/ as submitted; "" for none), Comparison whether the runs
+	// reproduce it (PublishedReproduced, PublishedNotReproduced,
+	// PublishedNotCompared, PublishedNone; "" when the capsule published
+	// nothing), and why (ComparePublished).
+	Published        string `json:"published,omitempty"`
+	Comparison       string `json:"comparison,omitempty"`
+	ComparisonReason string `json:"comparison_reason,omitempty"`
 }
 
 // Kept reports whether the value is in the draft entry.
@@ -94,6 +102,11 @@ type Draft struct {
 	// Truncated names the runs' files in which not every value was read
 	// (past MaxTextLines, MaxCSVRows, MaxLinePrefix or MaxDraftValues).
 	Truncated []string `json:"truncated,omitempty"`
+	// Published counts the files of the capsule's published results/ the
+	// runs were compared with (ComparePublished); Unproduced names those
+	// no run wrote.
+	Published  int      `json:"published_files,omitempty"`
+	Unproduced []string `json:"unproduced,omitempty"`
 }
 
 // found is one value of one file of one run.

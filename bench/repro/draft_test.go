@@ -291,3 +291,73 @@ func TestCheckerRecipe(t *testing.T) {
 		}
 	}
 }
+
+// TestDraftPublished: a draft check compares its runs with the results the
+// capsule published (its results/ as submitted): a capsule that says
+// fixed_seed_random 0.178395 whose runs all give 0.166599 is not
+// reproduced, even though the runs agree with each other; a published
+// value the runs give, or one inside their prediction interval, is; a
+// date is not compared; a published value no run gives and a published
+// file no run writes are not reproduced. Without published files the
+// verdicts are the runs' alone.
+func TestDraftPublished(t *testing.T) {
+	spec := Spec{Capsule: draftCapsule, Runs: 3}
+	run := func(node, est, at string) Run {
+		return Run{Node: node, Outcome: "ok", Files: map[string][]byte{
+			"results/results.txt": []byte("fixed_seed_random 0.166599\nestimate " + est + "\nn 7\nfinished_at " + at + "\n")}}
+	}
+	runs := []Run{run("a", "3.1412", "2026-11-24T09:14:13Z"), run("b", "3.1528", "2026-11-24T09:14:15Z"), run("c", "3.1336", "2026-11-24T09:14:16Z")}
+	published := map[string][]byte{
+		"results/results.txt": []byte("fixed_seed_random 0.178395\nestimate 3.14\nn 7\nfinished_at 2025-01-01T00:00:00Z\nextra 12\n"),
+		"results/figure.csv":  []byte("x,y\n1,2\n"),
+		"code/run":            []byte("not a result 99\n"),
+	}
+	rep, err := Check(spec, runs, published)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type cmp struct{ published, comparison string }
+	got := map[string]cmp{}
+	for _, v := range rep.Draft.Values {
+		got[v.Question] = cmp{v.Published, v.Comparison}
+	}
+	want := map[string]cmp{
+		"Report `fixed_seed_random` on line 1 of results/results.txt.": {"0.178395", PublishedNotReproduced},
+		"Report `estimate` on line 2 of results/results.txt.":          {"3.14", PublishedReproduced},
+		"Report `n` on line 3 of results/results.txt.":                 {"7", PublishedReproduced},
+		"Report `finished_at` on line 4 of results/results.txt.":       {"2025-01-01T00:00:00Z", PublishedNotCompared},
+		"Report `extra` on line 5 of results/results.txt.":             {"12", PublishedNotReproduced},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("comparisons %v, want %v", got, want)
+	}
+	for _, v := range rep.Draft.Values {
+		if v.Question == "Report `fixed_seed_random` on line 1 of results/results.txt." &&
+			(v.Verdict != DraftStable || v.ComparisonReason != "published 0.178395, every run gives 0.166599") {
+			t.Errorf("fixed_seed_random: %+v", v)
+		}
+	}
+	if rep.Reproducible || rep.Draft.Published != 2 || !reflect.DeepEqual(rep.Draft.Unproduced, []string{"results/figure.csv"}) {
+		t.Fatalf("report: reproducible %v, %d published files, unproduced %v", rep.Reproducible, rep.Draft.Published, rep.Draft.Unproduced)
+	}
+	wantNot := []string{"Report `fixed_seed_random` on line 1 of results/results.txt.", "Report `finished_at` on line 4 of results/results.txt.",
+		"Report `extra` on line 5 of results/results.txt.", "published file results/figure.csv: written by no run"}
+	if !reflect.DeepEqual(rep.NotReproduced, wantNot) {
+		t.Fatalf("not reproduced %q, want %q", rep.NotReproduced, wantNot)
+	}
+	var text strings.Builder
+	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "published 0.178395: NOT reproduced (published 0.178395, every run gives 0.166599)") ||
+		!strings.Contains(text.String(), "the capsule's published results are NOT reproduced") {
+		t.Fatalf("%v\n%s", err, text.String())
+	}
+	// The runs agreeing with what was published: reproducible.
+	published["results/results.txt"] = []byte("fixed_seed_random 0.166599\nestimate 3.14\nn 7\n")
+	delete(published, "results/figure.csv")
+	if rep, err = Check(spec, runs, published); err != nil || len(rep.Draft.NotReproducedPublished()) != 0 {
+		t.Fatalf("agreeing: %v %v", err, rep.Draft.NotReproducedPublished())
+	}
+	// Nothing published: no comparison.
+	if rep, err = Check(spec, runs, nil); err != nil || rep.Draft.Published != 0 || rep.Draft.Values[0].Comparison != "" {
+		t.Fatalf("nothing published: %v %+v", err, rep.Draft)
+	}
+}

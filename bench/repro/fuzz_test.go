@@ -60,3 +60,38 @@ func FuzzFindValues(f *testing.F) {
 		}
 	})
 }
+
+// FuzzComparePublished feeds the comparison with what a capsule
+// published files its submitter controls: it must never panic, keeps
+// every value the runs gave, says of each a known comparison, and adds
+// only values the runs did not give.
+func FuzzComparePublished(f *testing.F) {
+	f.Add([]byte("fixed_seed_random 0.178395\nn 7\n"))
+	f.Add([]byte("n 7\nn 8\nat 2026-01-01T00:00:00Z\n"))
+	f.Add([]byte("\x00binary"))
+	f.Fuzz(func(t *testing.T, published []byte) {
+		runs := []Run{
+			{Node: "a", Outcome: "ok", Files: map[string][]byte{"results/r.txt": []byte("fixed_seed_random 0.166599\nn 7\nat 2026-11-24T09:14:13Z\n")}},
+			{Node: "b", Outcome: "ok", Files: map[string][]byte{"results/r.txt": []byte("fixed_seed_random 0.166599\nn 8\nat 2026-11-24T09:14:15Z\n")}},
+		}
+		d, _, err := DraftEntry(draftCapsule, runs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := len(d.Values)
+		ComparePublished(&d, runs, map[string][]byte{"results/r.txt": published})
+		if len(d.Values) < before {
+			t.Fatalf("%d values, had %d", len(d.Values), before)
+		}
+		for i, v := range d.Values {
+			switch v.Comparison {
+			case PublishedReproduced, PublishedNotReproduced, PublishedNotCompared, PublishedNone:
+			default:
+				t.Fatalf("value %d %q: comparison %q", i, v.Question, v.Comparison)
+			}
+			if i >= before && (v.Kept() || v.Published == "") {
+				t.Fatalf("an added value %+v", v)
+			}
+		}
+	})
+}

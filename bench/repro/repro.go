@@ -8,7 +8,10 @@
 // folder, every number, date and time in it is compared across the runs,
 // and the report is a draft task entry (stable values kept, varying ones
 // with their interval, timestamps and wild values flagged) with the rules
-// that read the kept values, for the scientist to edit.
+// that read the kept values, for the scientist to edit; each value is
+// also compared with the one the capsule published at the same place in
+// its own results/ as submitted (published.go), and a published value the
+// runs do not reproduce makes the capsule not reproducible.
 //
 // It is pure: bytes and plain data in, a Report out. It must not touch the
 // network, containers or storage, nor depend on the coordinator; the

@@ -74,6 +74,7 @@ func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	halfLife := fs.Duration("half-life", coordinator.DefaultHalfLife, "fair-share usage half-life")
 	leaseTTL := fs.Duration("lease-ttl", 30*time.Second, "lease of an assignment without renewal")
 	nodeTTL := fs.Duration("node-ttl", 15*time.Second, "how long a node stays in view after its last announcement")
+	unschedulable := fs.Duration("unschedulable-after", coordinator.DefaultUnschedulableAfter, "an attempt that no node in view can run (limits over every slot, suite, group or GPUs not served, every node that could failed or declined it) ends with outcome unschedulable and the reason after this long")
 	maxConnsPerIP := fs.Int("max-conns-per-ip", p2phost.DefaultMaxConnsPerIP, "libp2p connections accepted from one IPv4 address (IPv6: one /56, 8x that from one /48); every node of a consortium behind one NAT address counts against it; new connections from one address are rate-limited to a burst of twice this, then this/40 a second; loopback is never limited")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logJSON := fs.Bool("log-json", false, "log as JSON lines")
@@ -114,8 +115,8 @@ func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	cfg := coordinator.Config{Families: families.Registry(), Checker: families.Checker(), Network: *network, DataDir: *dataDir, DiskReserve: uint64(diskReserve), ListenAddrs: listen, Logger: log,
-		LeaseTTL: *leaseTTL, NodeTTL: *nodeTTL, HalfLife: *halfLife, CrossCheck: &policy, IdleCanaryEvery: *idleCanary,
-		PublicBoardsEvery: *publicEvery, MaxConnsPerIP: *maxConnsPerIP, Gateway: gw, MaxImageUnpacked: int64(maxImage)}
+		LeaseTTL: *leaseTTL, NodeTTL: *nodeTTL, UnschedulableAfter: *unschedulable, HalfLife: *halfLife, CrossCheck: &policy,
+		IdleCanaryEvery: *idleCanary, PublicBoardsEvery: *publicEvery, MaxConnsPerIP: *maxConnsPerIP, Gateway: gw, MaxImageUnpacked: int64(maxImage)}
 	if *withSample {
 		cfg.Limits = demo.SampleLimits()
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -399,9 +400,10 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return subcommands("eval", evalUsage, args, stderr, cmds)
 }
 
-// watchEval follows an evaluation, a progress line each time it moves,
-// until every attempt and run is finished; then prints its agent's board
-// and per-task results.
+// watchEval follows an evaluation, a progress line each time it moves
+// (with why attempts wait, when no node can run them), until every
+// attempt and run is finished; then prints its agent's board and per-task
+// results.
 func watchEval(ctx context.Context, c *apiClient, id string, every time.Duration, stdout io.Writer) error {
 	last := ""
 	for {
@@ -409,8 +411,8 @@ func watchEval(ctx context.Context, c *apiClient, id string, every time.Duration
 		if err := c.get(ctx, "/api/evaluations/"+url.PathEscape(id), &d); err != nil {
 			return err
 		}
-		if line := progressLine(d.Progress, 30); line != last {
-			fmt.Fprintln(stdout, line)
+		if line := progressLine(d.Progress, 30) + "\n" + waitingLines(d.Waiting); line != last {
+			fmt.Fprint(stdout, line)
 			last = line
 		}
 		if d.Progress.Finished() {
@@ -447,19 +449,79 @@ func progressLine(p dashboard.Progress, width int) string {
 	return s
 }
 
-// writeEvalResults prints an evaluation's boards and per-task results.
+// waitingLines says why attempts wait that no node can run, a line per
+// reason, each with when they end unless a node that can run them comes.
+func waitingLines(ws []dashboard.Waiting) string {
+	var b strings.Builder
+	for _, w := range ws {
+		fmt.Fprintf(&b, "  waiting (%d attempts): %s", w.Attempts, w.Reason)
+		if w.Blocked && !w.Deadline.IsZero() {
+			fmt.Fprintf(&b, "; they end unschedulable at %s unless a node that can run them comes into view",
+				w.Deadline.UTC().Format(time.TimeOnly+" UTC"))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// failedLines says why attempts ended without a result, a line per
+// outcome and reason.
+func failedLines(atts []dashboard.Attempt) string {
+	type key struct{ outcome, detail string }
+	count := map[key]int{}
+	var order []key
+	for _, a := range atts {
+		if a.State != "failed" {
+			continue
+		}
+		k := key{a.Outcome, a.Detail}
+		if count[k] == 0 {
+			order = append(order, k)
+		}
+		count[k]++
+	}
+	var b strings.Builder
+	for _, k := range order {
+		fmt.Fprintf(&b, "%d attempts %s: %s\n", count[k], cmp.Or(k.outcome, "failed"), cmp.Or(k.detail, "no reason given"))
+	}
+	return b.String()
+}
+
+// writeEvalResults prints an evaluation's boards (its own runs) and
+// per-task results, in the pages' words: a row without a validated run
+// has no accuracy ("-"); cross-checked is validated of graded,
+// replay-verified of a model-driven row's validated tasks, awaiting
+// cross-check and pending the row's own counts.
 func writeEvalResults(w io.Writer, d dashboard.EvaluationDetail) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	pct := func(v *float64) string {
+		if v == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f%%", 100**v)
+	}
 	for _, b := range d.Boards {
 		fmt.Fprintf(tw, "%s %s (%s)\n", b.Suite, b.Variant, b.Scoring)
-		fmt.Fprintln(tw, "AGENT\tMODEL\tACCURACY\tMIN-MAX\tRUNS\tCOST/RUN\tTOKENS/RUN\tWALL/RUN\tVERIFIED")
+		fmt.Fprintln(tw, "AGENT\tMODEL\tACCURACY\tMIN-MAX\tWRITTEN\tVISION\tRUNS\tCOST/RUN\tTOKENS/RUN\tWALL/RUN\tCROSS-CHECKED\tREPLAY-VERIFIED\tAWAITING CROSS-CHECK\tPENDING")
 		for _, r := range b.Rows {
 			cost := "-"
 			if r.CostUSD != nil {
 				cost = fmt.Sprintf("$%.4f", *r.CostUSD)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%.1f%%\t%.1f-%.1f%%\t%d\t%s\t%.0f\t%.1fs\t%.1f%%\n", r.Agent, r.Model, 100*r.Accuracy, 100*r.AccuracyMin,
-				100*r.AccuracyMax, r.Runs, cost, r.Tokens, r.WallSeconds, 100*r.VerifiedShare)
+			acc, span, tokens, wall := "-", "-", "-", "-"
+			if r.HasAccuracy() {
+				acc, span = pct(&r.Accuracy), fmt.Sprintf("%.1f-%.1f%%", 100*r.AccuracyMin, 100*r.AccuracyMax)
+				tokens, wall = fmt.Sprintf("%.0f", r.Tokens), fmt.Sprintf("%.1fs", r.WallSeconds)
+			}
+			checked, replayed := "-", "-"
+			if r.Graded() > 0 {
+				checked = fmt.Sprintf("%d/%d", r.Validated, r.Graded())
+			}
+			if r.Sampled > 0 {
+				replayed = fmt.Sprintf("%d/%d", r.ReplayVerified, r.Sampled)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", r.Agent, cmp.Or(r.Model, "-"), acc, span,
+				pct(r.WrittenAccuracy), pct(r.VisionAccuracy), r.Runs, cost, tokens, wall, checked, replayed, r.Unvalidated, r.Pending)
 		}
 		fmt.Fprintln(tw)
 	}
@@ -478,9 +540,12 @@ func writeEvalResults(w io.Writer, d dashboard.EvaluationDetail) {
 		}
 	}
 	tw.Flush()
+	if s := failedLines(d.Attempts); s != "" {
+		fmt.Fprintf(w, "\nended without a result (never scored, not counted against the agent):\n%s", s)
+	}
 }
 
-const attemptUsage = `attempt ls --eval ID | attempt logs ID | attempt trajectory ID | attempt outputs ID [--get PATH [-o FILE]]`
+const attemptUsage = `attempt ls --eval ID | attempt logs ID | attempt egress ID | attempt trajectory ID | attempt outputs ID [--get PATH [-o FILE]]`
 
 func runAttempt(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var eval, get, out string
@@ -526,10 +591,25 @@ func runAttempt(ctx context.Context, args []string, stdout, stderr io.Writer) er
 				return printJSON(stdout, l)
 			}
 			fmt.Fprintf(stdout, "outcome %s, exit code %d", l.Outcome, l.ExitCode)
-			if l.Detail != "" {
+			if l.Detail != "" && !l.DetailRepeatsExit() {
 				fmt.Fprintf(stdout, " (%s)", l.Detail)
 			}
 			fmt.Fprintf(stdout, "\n--- stdout\n%s\n--- stderr\n%s\n", strings.TrimRight(l.Stdout, "\n"), strings.TrimRight(l.Stderr, "\n"))
+			return nil
+		},
+		"egress": func(args []string) error {
+			c, f, pos, err := peopleFlags("attempt egress", "attempt egress ID", args, 1, stderr, nil)
+			if err != nil {
+				return err
+			}
+			var e coordinator.EgressView
+			if err := c.get(ctx, "/api/attempts/"+url.PathEscape(pos[0])+"/egress", &e); err != nil {
+				return err
+			}
+			if *f.asJSON {
+				return printJSON(stdout, e)
+			}
+			writeEgress(stdout, e)
 			return nil
 		},
 		"trajectory": func(args []string) error {
@@ -581,6 +661,24 @@ func runAttempt(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		},
 	}
 	return subcommands("attempt", attemptUsage, args, stderr, cmds)
+}
+
+// writeEgress prints an attempt's egress record as a table.
+func writeEgress(w io.Writer, e coordinator.EgressView) {
+	if len(e.Hosts) == 0 {
+		fmt.Fprintf(w, "no host reached or refused (%d refusals in all)\n", e.Refused)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tCONNECTIONS\tREFUSED\tFAILED\tSENT\tRECEIVED")
+	for _, h := range e.Hosts {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", h.Host, h.Connections, h.Refused, h.Failed, h.BytesSent, h.BytesReceived)
+	}
+	tw.Flush()
+	if e.Omitted > 0 {
+		fmt.Fprintf(w, "%d more hosts left out by the node\n", e.Omitted)
+	}
+	fmt.Fprintf(w, "%d refusals in all\n", e.Refused)
 }
 
 // escapePath escapes each segment of a slash-separated path.

@@ -176,20 +176,42 @@ func TestPeopleCLI(t *testing.T) {
 }
 
 // TestEvalResultsText: the board and per-task results an evaluation
-// prints when it is done.
+// prints when it is done, in the pages' words: cross-checked and
+// replay-verified apart, no accuracy for a row without a validated run,
+// its units awaiting cross-check and pending as the API counts them.
 func TestEvalResultsText(t *testing.T) {
 	v := func(x float64) *float64 { return &x }
+	yes := true
 	entries := []dashboard.Entry{
-		{Suite: "s", Variant: "easy", Scoring: "g=1", Agent: "a", Task: "t1", Run: 1, Status: "validated", Value: v(1), CostUSD: v(0.5), WallSeconds: 2},
-		{Suite: "s", Variant: "easy", Scoring: "g=1", Agent: "a", Task: "t2", Run: 1, Status: "validated", Value: v(0), CostUSD: v(0.5), WallSeconds: 2},
+		{Suite: "s", Variant: "easy", Scoring: "g=1", Agent: "a", Task: "t1", Run: 1, Status: "validated", Value: v(1), CostUSD: v(0.5), WallSeconds: 2,
+			Verification: dashboard.VerifyVerified, Written: &yes},
+		{Suite: "s", Variant: "easy", Scoring: "g=1", Agent: "a", Task: "t2", Run: 1, Status: "validated", Value: v(0), CostUSD: v(0.5), WallSeconds: 2,
+			Verification: dashboard.VerifyNotDrawn},
+		{Suite: "s", Variant: "easy", Scoring: "g=1", Agent: "w", Task: "t1", Run: 1, Status: "unvalidated", Value: v(1)},
+		{Suite: "s", Variant: "easy", Scoring: "g=1", Agent: "w", Task: "t2", Run: 1, Status: "unvalidated", Value: v(1)},
+		{Suite: "s", Variant: "easy", Scoring: "g=1", Agent: "w", Task: "t3", Run: 1, Status: "pending"},
 	}
 	d := dashboard.EvaluationDetail{Boards: dashboard.BuildBoards(entries), Tasks: dashboard.TaskResults(entries, "a")}
 	var buf bytes.Buffer
 	writeEvalResults(&buf, d)
-	for _, want := range []string{"s easy (g=1)", "50.0%", "50.0-50.0%", "$1.0000", "100.0%", "t1", "1:1.00", "1:0.00"} {
+	for _, want := range []string{"s easy (g=1)", "50.0%", "50.0-50.0%", "$1.0000", "t1", "1:1.00", "1:0.00", "CROSS-CHECKED", "REPLAY-VERIFIED"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("%q not in:\n%s", want, buf.String())
 		}
+	}
+	rows := map[string][]string{}
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			rows[f[0]] = f
+		}
+	}
+	// AGENT MODEL ACCURACY MIN-MAX WRITTEN VISION RUNS COST TOKENS WALL
+	// CROSS-CHECKED REPLAY-VERIFIED AWAITING PENDING.
+	if a := rows["a"]; strings.Join(a, " ") != "a - 50.0% 50.0-50.0% 100.0% - 1 $1.0000 0 4.0s 2/2 1/2 0 0" {
+		t.Errorf("row a: %q", a)
+	}
+	if w := rows["w"]; strings.Join(w, " ") != "w - - - - - 0 - - - 0/2 - 2 1" {
+		t.Errorf("row w (no validated run): %q", w)
 	}
 	if got := progressLine(dashboard.Progress{Done: 2, Failed: 1, Total: 4, Units: 2, Decided: 1}, 8); got != "[######..] 2/4 attempts done, 1 failed, 1/2 runs decided" {
 		t.Errorf("progress line %q", got)
@@ -226,5 +248,51 @@ func TestNodeStatusCommand(t *testing.T) {
 	}
 	if _, err := cli(t, "node", "status", "--metrics", "127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "is it running") {
 		t.Fatalf("status of no node: %v", err)
+	}
+}
+
+// TestEvalWatchWaiting: while no node can run its attempts, `eval watch`
+// says why and until when; once they end, why they ended.
+func TestEvalWatchWaiting(t *testing.T) {
+	reason := "none of the 2 nodes in view can run it: 2 have slots too small for its limits"
+	deadline := time.Date(2026, 11, 24, 12, 10, 0, 0, time.UTC)
+	polls := 0
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/evaluations/{id}", func(w http.ResponseWriter, r *http.Request) {
+		polls++
+		d := dashboard.EvaluationDetail{Evaluation: dashboard.Evaluation{ID: r.PathValue("id"),
+			Progress: dashboard.Progress{Pending: 1, Total: 1, Units: 1}}}
+		switch {
+		case polls <= 2: // the same twice: printed once
+			d.Waiting = []dashboard.Waiting{{Reason: reason, Attempts: 1, Blocked: true, Deadline: deadline}}
+		default:
+			d.Progress = dashboard.Progress{Failed: 1, Total: 1, Units: 1, Decided: 1}
+			d.Attempts = []dashboard.Attempt{{State: "failed", Outcome: "unschedulable", Detail: reason + " (for 10m0s)"}}
+			d.Boards = dashboard.BuildBoards([]dashboard.Entry{{Suite: "s", Variant: "easy", Scoring: "g=1", Agent: "a", Task: "t1", Run: 1,
+				Status: "infra_failed"}})
+		}
+		json.NewEncoder(w).Encode(d)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c, err := newAPIClient(srv.URL, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := watchEval(context.Background(), c, "ev-1", time.Millisecond, &out); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	wantWait := "  waiting (1 attempts): " + reason + "; they end unschedulable at 12:10:00 UTC unless a node that can run them comes into view\n"
+	if strings.Count(got, wantWait) != 1 {
+		t.Errorf("want the reason once, with its deadline:\n%s", got)
+	}
+	if !strings.Contains(got, "1 attempts unschedulable: "+reason+" (for 10m0s)") {
+		t.Errorf("no reason for the end:\n%s", got)
+	}
+	// A row without a validated run has no accuracy, not 0%.
+	if !regexp.MustCompile(`(?m)^a\s+-\s+-\s+-\s+-\s+-\s+0\s`).MatchString(got) {
+		t.Errorf("the board row of a run no node could run:\n%s", got)
 	}
 }

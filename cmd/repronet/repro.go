@@ -146,6 +146,10 @@ func reproSubmitWith(ctx context.Context, svc reproService, spec repro.Spec, nam
 		fmt.Fprintf(stdout, "submitted %s: follow it with `repronet repro status %s`\n", id, id)
 		return nil
 	}
+	if !asJSON {
+		fmt.Fprintf(stdout, "submitted %s; waiting for its report\n", id)
+	}
+	last := ""
 	for {
 		st, err := svc.Status(ctx, id)
 		if err != nil {
@@ -153,6 +157,10 @@ func reproSubmitWith(ctx context.Context, svc reproService, spec repro.Spec, nam
 		}
 		if st.State == repro.StateDone || st.State == repro.StateFailed {
 			return printStatus(st, asJSON, stdout)
+		}
+		if line := statusLine(st); line != last && !asJSON {
+			fmt.Fprint(stdout, line)
+			last = line
 		}
 		select {
 		case <-ctx.Done():
@@ -183,13 +191,22 @@ func reproStatus(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return printStatus(st, *f.asJSON, stdout)
 }
 
+// statusLine says how far a check is and why its runs wait, if they do.
+func statusLine(st repro.Status) string {
+	s := fmt.Sprintf("%s: %s, %d of %d runs done\n", st.ID, st.State, st.RunsDone, st.RunsWanted)
+	for _, w := range st.Waiting {
+		s += "  waiting: " + w + "\n"
+	}
+	return s
+}
+
 func printStatus(st repro.Status, asJSON bool, stdout io.Writer) error {
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(st)
 	}
-	fmt.Fprintf(stdout, "%s: %s, %d of %d runs done\n", st.ID, st.State, st.RunsDone, st.RunsWanted)
+	fmt.Fprint(stdout, statusLine(st))
 	if st.Error != "" {
 		fmt.Fprintf(stdout, "error: %s\n", st.Error)
 	}

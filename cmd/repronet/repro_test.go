@@ -173,7 +173,8 @@ func TestReproSubmitAndStatus(t *testing.T) {
 	})
 	mux.HandleFunc("GET "+reproStatusPath+"{id}", func(w http.ResponseWriter, r *http.Request) {
 		polls++
-		st := repro.Status{ID: r.PathValue("id"), State: repro.StateRunning, RunsDone: 1, RunsWanted: 5}
+		st := repro.Status{ID: r.PathValue("id"), State: repro.StateRunning, RunsDone: 1, RunsWanted: 5,
+			Waiting: []string{"run: 2 of 2 eligible nodes failed it (n1: environment: build: exit status 100)"}}
 		if polls > 1 {
 			st.State, st.RunsDone = repro.StateDone, 5
 			st.Report = &repro.Report{Runs: 5, NotReproduced: []string{}, Reproducible: true}
@@ -208,6 +209,10 @@ func TestReproSubmitAndStatus(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "rp-1: done, 5 of 5 runs done") || !strings.Contains(out.String(), "the capsule reproduces") {
 		t.Error(out.String())
+	}
+	// While it waited it said why.
+	if !strings.Contains(out.String(), "rp-1: running, 1 of 5 runs done\n  waiting: run: 2 of 2 eligible nodes failed it (n1: environment") {
+		t.Errorf("no reason while waiting:\n%s", out.String())
 	}
 	out.Reset()
 	if err := runRepro(context.Background(), []string{"status", "rp-1", "--api", srv.URL, "--json"}, &out, &errOut); err != nil {

@@ -80,16 +80,9 @@ func (s *State) offerAnswered(e OfferAnswered) {
 		rec.Declined++
 		s.persistRecord(rec)
 		a.Declines = append(a.Declines, Decline{Node: a.Node, Reason: clipReason(e.Reason), At: s.now})
+		a.keepOff(a.Node)
 		if why, ok := s.undeliverable(a); ok {
-			s.log.Warn("attempt failed: no node can run it", "attempt", a.ID, "why", why)
-			a.Outcome = OutcomeDeclined
-			s.endAttempt(a, why)
-			if !booked(a) {
-				s.replayEnded(a)
-				return
-			}
-			eff, err := s.Book.Undeliverable(a.Unit, a.ID, why)
-			s.bookCall(a.Unit, "undeliverable", eff, err)
+			s.giveUp(a, OutcomeDeclined, why)
 			return
 		}
 		s.requeue(a, requeueDeclined, "declined by node "+a.Node+": "+e.Reason)
@@ -116,9 +109,10 @@ func clipReason(s string) string {
 
 // undeliverable decides whether attempt a, just declined, can still find
 // a node: it cannot when MaxDeclines distinct nodes declined it, or when
-// every node in view that could be offered it (serving this coordinator,
-// its suite and its group, not quarantined) has declined it. It returns
-// the reason, with what the nodes said.
+// no node in view that could run it (stuck.go: serving this coordinator,
+// its suite and its group, with a slot of its shape and its GPUs, not
+// quarantined) is left that has not declined, failed or must avoid it.
+// It returns the reason, with what the nodes said.
 func (s *State) undeliverable(a *Attempt) (string, bool) {
 	declined := map[string]string{}
 	for _, d := range a.Declines {
@@ -134,13 +128,8 @@ func (s *State) undeliverable(a *Attempt) (string, bool) {
 	if len(declined) >= s.cfg.MaxDeclines {
 		return fmt.Sprintf("declined by %d nodes (max %d): %s", len(declined), s.cfg.MaxDeclines, reasons()), true
 	}
-	for id, n := range s.Nodes {
-		if !s.inView(n) || s.quarantined(id) || declined[id] != "" || !n.ServesUs {
-			continue
-		}
-		if (len(n.Suites) == 0 || slices.Contains(n.Suites, a.Suite)) && (len(n.Groups) == 0 || slices.Contains(n.Groups, a.Group)) {
-			return "", false // a node that may still take it
-		}
+	if w := s.newFitter(s.now).waiting(a); w.Open > 0 {
+		return "", false // a node that may still take it
 	}
 	return fmt.Sprintf("declined by every node that could run it (%d): %s", len(declined), reasons()), true
 }
@@ -169,6 +158,9 @@ const (
 	// requeueRevoked: the node was quarantined; the cross-check already
 	// counts the job as queued.
 	requeueRevoked
+	// requeueHandedBack: the node gave the attempt back (it is stopping);
+	// nothing counts against it, but the attempt keeps off it a while.
+	requeueHandedBack
 	// requeueModel: the agent could not reach its model for the
 	// coordinator's reasons; charged to nobody.
 	requeueModel
@@ -200,6 +192,11 @@ func (s *State) requeue(a *Attempt, kind requeueKind, why string) {
 		if !slices.Contains(a.Avoid, node) {
 			a.Avoid = append(a.Avoid, node)
 		}
+	case requeueHandedBack:
+		if a.AvoidUntil == nil {
+			a.AvoidUntil = make(map[string]time.Time)
+		}
+		a.AvoidUntil[node] = s.now.Add(s.cfg.AvoidAfterLeaseLoss)
 	case requeueLeaseLost:
 		a.LeaseLosses++
 		if a.AvoidUntil == nil {
@@ -222,6 +219,12 @@ func (s *State) requeue(a *Attempt, kind requeueKind, why string) {
 		}
 		if a.InfraFailures >= s.cfg.MaxTries {
 			s.failAttempt(a, fmt.Sprintf("gave up after %d infrastructure failures: %s", a.InfraFailures, why))
+			return
+		}
+		if reason, blocked := s.blockedNow(a); blocked {
+			// Every node in view that could run it failed it: waiting
+			// would be forever.
+			s.giveUp(a, OutcomeUnschedulable, reason)
 			return
 		}
 	case requeueModel:
@@ -260,7 +263,9 @@ func (s *State) failAttempt(a *Attempt, why string) {
 // endAttempt marks a as failed, without telling the cross-check.
 func (s *State) endAttempt(a *Attempt, why string) {
 	s.Leases.Release(a.ID)
-	s.Queue = slices.DeleteFunc(s.Queue, func(id string) bool { return id == a.ID })
+	if a.State == StateQueued {
+		s.Queue = slices.DeleteFunc(s.Queue, func(id string) bool { return id == a.ID })
+	}
 	a.State, a.Detail, a.FinishedAt = StateFailed, why, s.now
 	if a.Outcome == "" {
 		a.Outcome = "infra_error"

@@ -32,6 +32,7 @@ func (s *State) tick(e Tick) {
 	if !e.Writable || (len(s.Queue) == 0 && s.cfg.IdleCanaryEvery < 0) {
 		return
 	}
+	s.checkStuck()
 	views := s.nodeViews()
 	if len(views) == 0 {
 		return

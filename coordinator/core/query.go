@@ -334,7 +334,7 @@ func (s *State) canonical(work string) *Attempt {
 // suite's when nothing is scored. It also returns the attempt scored.
 func (s *State) unitEntry(t *Attempt, work string, scoring json.RawMessage, model string) (bench.Entry, *Attempt) {
 	e := bench.Entry{Suite: t.Suite, Variant: t.Level, Scoring: scoring, Agent: t.Agent, Model: model, TaskID: t.TaskID,
-		Run: max(t.Run, 1), Status: bench.Pending}
+		Run: max(t.Run, 1), Status: bench.Pending, Eval: t.Eval}
 	w := s.Book.Attempts[work]
 	if w == nil {
 		return e, nil
@@ -455,9 +455,11 @@ type ReproView struct {
 }
 
 // ReproRun is a decided run of a check: the attempt whose report stands
-// for it (none when the run was lost to infrastructure).
+// for it (none when the run was lost to infrastructure or no node could
+// run it: Outcome is then its last attempt's, Detail why).
 type ReproRun struct {
 	Attempt, Node, Outcome string
+	Detail                 string
 	Outputs                []Output
 }
 
@@ -479,7 +481,12 @@ func (s *State) Repro(id string) (ReproView, bool) {
 			continue
 		}
 		v.Decided++
-		run := ReproRun{Outcome: "infra_error"}
+		run := ReproRun{Outcome: "infra_error", Detail: w.Decision.Reason}
+		if ids := s.Units[u]; len(ids) > 0 {
+			if a := s.Attempts[ids[len(ids)-1]]; a != nil && a.State == StateFailed && a.Outcome != "" {
+				run.Outcome, run.Detail = a.Outcome, cmp.Or(a.Detail, run.Detail)
+			}
+		}
 		i := w.Decision.Canonical
 		if i < 0 && w.Decision.State == crosscheck.Inconsistent && len(w.Replicas) > 0 {
 			i = 0

@@ -96,14 +96,14 @@ func (s *State) reportArrived(e ReportArrived) {
 		return
 	}
 	if infra && current {
-		// Never scored as an agent failure: run it again elsewhere.
+		// Never scored as an agent failure: run it again elsewhere. The
+		// node is charged only once another node runs the same job
+		// (chargeFailures): a job that fails on every node (an image no
+		// node can import, an environment that does not build) is the
+		// job's fault, never a volunteer's.
 		s.log.Warn("infrastructure failure reported", "attempt", a.ID, "node", e.Node, "detail", e.Detail)
 		s.Leases.Release(a.ID)
-		rec := s.record(e.Node)
-		rec.InfraErrors++
-		rec.ConsecutiveOK = 0
-		rec.Allowance = s.cfg.Allowance.InfraFailure(rec.Allowance, s.now)
-		s.persistRecord(rec)
+		a.Failures = append(a.Failures, Decline{Node: e.Node, Reason: clipReason(e.Detail), At: s.now})
 		s.requeue(a, requeueInfra, "infrastructure failure on node "+e.Node+": "+e.Detail)
 		s.fx.Reply = ReportKept{}
 		return
@@ -169,6 +169,7 @@ func (s *State) reportArrived(e ReportArrived) {
 	rec.ConsecutiveOK++
 	rec.Allowance = s.cfg.Allowance.Completed(rec.Allowance)
 	s.persistRecord(rec)
+	s.chargeFailures(a, e.Node)
 	s.persistAttempt(a)
 	s.log.Info("report recorded", "attempt", a.ID, "node", e.Node, "task", a.TaskID, "agent", a.Agent, "level", a.Level,
 		"outcome", a.Outcome, "late", !current)
@@ -283,4 +284,22 @@ func LeaseID(a *Attempt) string {
 		return ""
 	}
 	return strconv.FormatInt(a.AssignedAt.UnixNano(), 10)
+}
+
+// chargeFailures charges the infrastructure failures of a's job to their
+// nodes, now that node ran the same job: the failure was theirs, not the
+// job's.
+func (s *State) chargeFailures(a *Attempt, node string) {
+	for i := range a.Failures {
+		f := &a.Failures[i]
+		if f.Charged || f.Node == node {
+			continue
+		}
+		f.Charged = true
+		rec := s.record(f.Node)
+		rec.InfraErrors++
+		rec.ConsecutiveOK = 0
+		rec.Allowance = s.cfg.Allowance.InfraFailure(rec.Allowance, s.now)
+		s.persistRecord(rec)
+	}
 }

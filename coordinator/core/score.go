@@ -127,6 +127,7 @@ func (s *State) copyJob(t *Attempt, id, unit string) *Attempt {
 
 // addAttempt adds a new queued attempt.
 func (s *State) addAttempt(a *Attempt) {
+	s.stuckSoon()
 	s.Attempts[a.ID] = a
 	s.Units[a.Unit] = append(s.Units[a.Unit], a.ID)
 	s.persistAttempt(a)

@@ -39,6 +39,10 @@ type Config struct {
 	// AvoidAfterLeaseLoss keeps an attempt off the node that lost its
 	// lease for this long.
 	AvoidAfterLeaseLoss time.Duration
+	// UnschedulableAfter is how long an attempt may stay queued while
+	// nodes are in view and none of them could run it before it ends as
+	// unschedulable (stuck.go).
+	UnschedulableAfter time.Duration
 	// MaxTries bounds infrastructure failures of an attempt, MaxLeaseLosses
 	// its lost leases, MaxDeclines the nodes that may decline it.
 	MaxTries, MaxLeaseLosses, MaxDeclines int
@@ -102,6 +106,7 @@ func (c *Config) Defaults() {
 	def(&c.HalfLife, schedule.DefaultHalfLife)
 	def(&c.IdleCanaryEvery, 10*time.Minute)
 	def(&c.ScoreRetry, 5*time.Second)
+	def(&c.UnschedulableAfter, DefaultUnschedulableAfter)
 	if c.MinFetchRate == 0 {
 		c.MinFetchRate = 2 << 20
 	}
@@ -230,6 +235,9 @@ type State struct {
 	// BusyDeclines and OfferFailures count, since start, offers declined
 	// for want of a slot and offers that never got an answer.
 	BusyDeclines, OfferFailures int
+	// lastStuckCheck and nextStuckCheck are when the last checkStuck round
+	// ran and the earliest the next may.
+	lastStuckCheck, nextStuckCheck time.Time
 
 	// now and fx are the time and the effects of the Step being applied.
 	now time.Time

@@ -379,12 +379,27 @@ func TestStepReports(t *testing.T) {
 			if _, ok := fx.Reply.(ReportKept); !ok || len(fx.Scores) != 0 {
 				t.Fatalf("infra report: %#v, scores %v", fx.Reply, fx.Scores)
 			}
-			if a.InfraFailures != try || !slices.Contains(a.Avoid, node) || h.s.Records[node].InfraErrors != 1 {
+			if a.InfraFailures != try || !slices.Contains(a.Avoid, node) || h.s.Records[node].InfraErrors != 0 {
 				t.Fatalf("try %d: %+v", try, a)
 			}
 		}
-		if a.State != StateFailed || a.Outcome != "infra_error" || a.Score != nil {
-			t.Fatalf("after MaxTries: %s %q", a.State, a.Outcome)
+		// Every node failed the job: the job's fault, charged to no node.
+		if a.State == StateQueued || a.Score != nil || h.s.Records["n1"].InfraErrors+h.s.Records["n2"].InfraErrors != 0 {
+			t.Fatalf("after every node failed it: %s %q, records %+v %+v", a.State, a.Outcome, h.s.Records["n1"], h.s.Records["n2"])
+		}
+	})
+	t.Run("infrastructure failure where another node succeeds", func(t *testing.T) {
+		h, a := oneJob(t)
+		h.accept(h.offerTo("n1"))
+		h.announce("n2", "op2", 2)
+		h.step(ReportArrived{Attempt: a.ID, Node: "n1", Digest: "d", Outcome: "infra_error", Detail: "disk gone"})
+		allowance := h.s.Records["n1"].Allowance
+		h.accept(h.offerTo("n2"))
+		if _, ok := h.report(a.ID, "n2", "d2").(ReportRecorded); !ok {
+			t.Fatal("n2's report did not count")
+		}
+		if h.s.Records["n1"].InfraErrors != 1 || h.s.Records["n2"].InfraErrors != 0 || h.s.Records["n1"].Allowance == allowance {
+			t.Fatalf("records after another node ran the job: n1 %+v, n2 %+v", h.s.Records["n1"], h.s.Records["n2"])
 		}
 	})
 }
@@ -679,7 +694,7 @@ func TestStepEvaluateRefusals(t *testing.T) {
 // replica IDs included.
 func TestStepDeterministic(t *testing.T) {
 	run := func() []string {
-		h := newHarness(t, func(c *Config) { c.IdleCanaryEvery = time.Minute })
+		h := newHarness(t, func(c *Config) { c.IdleCanaryEvery, c.UnschedulableAfter = time.Minute, 2*time.Minute })
 		var log []string
 		note := func(fx Effects) {
 			b, err := json.Marshal(fx)
@@ -692,6 +707,8 @@ func TestStepDeterministic(t *testing.T) {
 			note(h.announce(n, "op-"+n, 2))
 		}
 		note(h.step(Evaluate{Evaluation{Suite: "two", Agent: "det", Runs: 2}}))
+		// No node has a GPU: this one ends unschedulable.
+		note(h.step(Evaluate{Evaluation{Suite: "gpu", Agent: "det", Levels: []string{"easy"}}}))
 		for range 30 {
 			fx := h.tick()
 			note(fx)
@@ -706,7 +723,7 @@ func TestStepDeterministic(t *testing.T) {
 				note(h.announce(n, "op-"+n, 2))
 			}
 		}
-		if p := h.s.Progress(); p.Decided != p.Units {
+		if p := h.s.Progress(); p.Decided != p.Units || p.Failed != 1 {
 			t.Fatalf("script did not finish: %+v", p)
 		}
 		return log

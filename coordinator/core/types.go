@@ -44,7 +44,8 @@ const (
 	KindReplay = "replay"
 )
 
-// OutcomeDeclined is the outcome of an attempt that no node would run.
+// OutcomeDeclined is the outcome of an attempt that every node that could
+// run it declined (see also OutcomeUnschedulable).
 const OutcomeDeclined = "declined"
 
 // Attempt is one job: one placement of one stage of one unit (an agent's
@@ -127,8 +128,14 @@ type Attempt struct {
 	// after another report counted: recorded, never counted.
 	LateReports []LateReport `json:"late_reports,omitempty"`
 	// Declines are the nodes that declined the attempt for a lasting
-	// reason, with what they said.
+	// reason, with what they said; Failures the nodes that reported an
+	// infrastructure failure of it, with what they said.
 	Declines []Decline `json:"declines,omitempty"`
+	Failures []Decline `json:"failures,omitempty"`
+	// StuckSince is when the attempt was first found queued with no node
+	// in view able to run it (zero: it is not; stuck.go). It ends as
+	// unschedulable Config.UnschedulableAfter later unless one comes.
+	StuckSince time.Time `json:"stuck_since,omitzero"`
 	// Outputs are the attempt's outputs as its counted report names them
 	// (fetched, verified and kept by the coordinator).
 	Outputs []Output `json:"outputs,omitempty"`
@@ -192,6 +199,9 @@ type Decline struct {
 	Node   string    `json:"node"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
+	// Charged: an infrastructure failure charged to its node, once
+	// another node ran the same job (chargeFailures).
+	Charged bool `json:"charged,omitempty"`
 }
 
 // Output is one output of an attempt: its path, and its CID once fetched.
@@ -279,13 +289,15 @@ type NodeRecord struct {
 	// LeaseLost leases that ran out or died with the node process;
 	// Declined offers declined for a lasting reason; InfraErrors
 	// infrastructure failures reported; LateReports reports that arrived
-	// after the attempt had been counted from another node.
+	// after the attempt had been counted from another node; HandedBack
+	// attempts the node gave back unfinished as it stopped (never charged).
 	Assigned      int `json:"assigned"`
 	Completed     int `json:"completed"`
 	LeaseLost     int `json:"lease_lost"`
 	Declined      int `json:"declined"`
 	InfraErrors   int `json:"infra_errors"`
 	LateReports   int `json:"late_reports"`
+	HandedBack    int `json:"handed_back,omitempty"`
 	ConsecutiveOK int `json:"consecutive_ok"`
 	// Allowance bounds the attempts the node may hold at once.
 	Allowance lease.Allowance `json:"allowance,omitzero"`

@@ -5,7 +5,6 @@ import (
 	"container/heap"
 	"math"
 	"slices"
-	"strings"
 )
 
 // NodeView is what the scheduler knows of one node: plain data, built from
@@ -62,15 +61,7 @@ func (s Shape) fits(n Shape) bool {
 }
 
 // gpusFor counts the node's GPUs that can serve need, up to its free ones.
-func (n *NodeView) gpusFor(need GPUNeed) int {
-	m := 0
-	for _, g := range n.GPUs {
-		if g.MemoryBytes >= need.MinMemoryBytes && strings.Contains(strings.ToLower(g.Model), strings.ToLower(need.Model)) {
-			m++
-		}
-	}
-	return min(m, n.FreeGPUs)
-}
+func (n *NodeView) gpusFor(need GPUNeed) int { return min(matchingGPUs(n.GPUs, need), n.FreeGPUs) }
 
 func (n *NodeView) operator() string {
 	if n.Operator == "" {

@@ -26,6 +26,8 @@ var forwarded = map[string]string{
 	"/v1/responses":        http.MethodPost,
 	"/v1/messages":         http.MethodPost,
 	"/v1/models":           http.MethodGet,
+	// Claude Code sizes its context with it (free; gateway/count_tokens.go).
+	"/v1/messages/count_tokens": http.MethodPost,
 }
 
 // geminiMethod is the method of a Gemini path: GET for the model list

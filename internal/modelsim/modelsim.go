@@ -4,7 +4,9 @@
 // /v1/responses, streaming or not, with function and custom tool calls,
 // reasoning items and usage with cached and reasoning tokens;
 // responses.go), Anthropic's Messages API (POST /v1/messages, streaming
-// or not, with tool use and usage) and Google's Gemini API (POST
+// or not, with tool use, extended thinking, provider-side web searches
+// and usage with its cache reads and writes; POST
+// /v1/messages/count_tokens) and Google's Gemini API (POST
 // /v1beta/models/{model}:generateContent, :streamGenerateContent?alt=sse
 // and :countTokens, with function calls and usage metadata, cached and
 // thinking tokens included: gemini.go). It stands in
@@ -33,6 +35,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -173,7 +176,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/v1/chat/completions":
 		api = "openai"
-	case r.URL.Path == "/v1/messages":
+	case r.URL.Path == "/v1/messages", r.URL.Path == "/v1/messages/count_tokens":
 		api = "anthropic"
 	case r.URL.Path == "/v1/responses":
 		api = "responses"
@@ -205,12 +208,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	parse := ParseOpenAI
-	switch api {
-	case "anthropic":
+	switch {
+	case r.URL.Path == "/v1/messages/count_tokens":
+		parse = ParseAnthropicCount
+	case api == "anthropic":
 		parse = ParseAnthropic
-	case "responses":
+	case api == "responses":
 		parse = ParseResponses
-	case "gemini":
+	case api == "gemini":
 		if gmMethod == "countTokens" {
 			serveGeminiCount(w, body)
 			return
@@ -220,6 +225,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req, err := parse(body)
 	if err != nil {
 		writeError(w, api, http.StatusBadRequest, err.Error())
+		return
+	}
+	for _, line := range r.Header.Values("anthropic-beta") {
+		for _, f := range strings.Split(line, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				req.Betas = append(req.Betas, f)
+			}
+		}
+	}
+	if r.URL.Path == "/v1/messages/count_tokens" {
+		// The count is what a reply's usage reports by default: a
+		// quarter of the body's bytes.
+		writeJSON(w, http.StatusOK, map[string]int64{"input_tokens": int64(len(body)+3) / 4})
 		return
 	}
 	reply, err := script.Match(req)

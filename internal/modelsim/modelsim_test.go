@@ -523,3 +523,145 @@ func TestContentTokensAndNoLogprobs(t *testing.T) {
 		t.Fatalf("tokens that do not join: %d %s", code, b)
 	}
 }
+
+// Claude Code's request shape: system blocks with cache_control, tools
+// with input_schema and a server tool, metadata, thinking, beta flags.
+func TestAnthropicClaudeCodeShape(t *testing.T) {
+	reply := Reply{Thinking: "Think first then answer", RedactedThinking: "UkVEQUNURUQ=", Content: "Done now.", WebSearches: 2,
+		Usage: Usage{Prompt: 400, Cached: 100, CacheWrite: 200, CacheWrite1h: 50}}
+	s := startSim(t, Sequence(reply), Options{})
+	body := map[string]any{"model": "c", "max_tokens": 3000, "stream": true,
+		"thinking": map[string]any{"type": "enabled", "budget_tokens": 2000},
+		"system":   []any{map[string]any{"type": "text", "text": "You are Claude Code.", "cache_control": map[string]any{"type": "ephemeral", "ttl": "1h"}}},
+		"tools": []any{map[string]any{"name": "Bash", "input_schema": map[string]any{"type": "object"}},
+			map[string]any{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}},
+		"metadata": map[string]any{"user_id": "u"},
+		"messages": []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": "hi", "cache_control": map[string]any{"type": "ephemeral"}}}}}}
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1/messages", bytes.NewReader(b))
+	req.Header.Set("anthropic-beta", "claude-code-20250219, interleaved-thinking-2025-05-14")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var names, thinking, text []string
+	var start, final map[string]any
+	for _, e := range events(t, resp.Body) {
+		name, data, _ := strings.Cut(e, " ")
+		names = append(names, name)
+		var ev struct {
+			Message map[string]any
+			Delta   struct{ Type, Thinking, Text, Signature string }
+			Usage   map[string]any
+		}
+		_ = json.Unmarshal([]byte(data), &ev)
+		switch {
+		case name == "message_start":
+			start = ev.Message["usage"].(map[string]any)
+		case name == "message_delta":
+			final = ev.Usage
+		case ev.Delta.Type == "thinking_delta":
+			thinking = append(thinking, ev.Delta.Thinking)
+		case ev.Delta.Type == "text_delta":
+			text = append(text, ev.Delta.Text)
+		case ev.Delta.Type == "signature_delta" && ev.Delta.Signature == "":
+			t.Fatal("an empty signature")
+		}
+	}
+	got := s.Requests()[0]
+	parsed, err := ParseAnthropic(got.Body)
+	if err != nil || parsed.Thinking != 2000 || len(parsed.ServerTools) != 1 || parsed.Tools[0] != "Bash" {
+		t.Fatalf("parsed %+v %v", parsed, err)
+	}
+	if strings.Join(thinking, "") != reply.Thinking || strings.Join(text, "") != reply.Content {
+		t.Fatalf("thinking %q text %q", thinking, text)
+	}
+	joined := strings.Join(names, " ")
+	if strings.Count(joined, "content_block_start") != 7 || !strings.HasSuffix(joined, "message_delta message_stop") {
+		t.Fatalf("events %s: want thinking, redacted, 2 × (search use, result), text", joined)
+	}
+	cc := start["cache_creation"].(map[string]any)
+	out := float64(len(Tokens(reply.Thinking)) + len(Tokens(reply.Content)))
+	if start["input_tokens"] != 100.0 || cc["ephemeral_5m_input_tokens"] != 150.0 || cc["ephemeral_1h_input_tokens"] != 50.0 ||
+		final["output_tokens"] != out || final["input_tokens"] != 100.0 || final["cache_read_input_tokens"] != 100.0 ||
+		final["server_tool_use"].(map[string]any)["web_search_requests"] != 2.0 {
+		t.Fatalf("usage at start %v, final %v (want %v output tokens)", start, final, out)
+	}
+	// Without thinking enabled, no thinking is sent; without the
+	// search tool offered, no search.
+	resp2 := post(t, s, "/v1/messages", "", map[string]any{"model": "c", "max_tokens": 100, "messages": []any{map[string]any{"role": "user", "content": "x"}}})
+	b2, _ := io.ReadAll(resp2.Body)
+	if bytes.Contains(b2, []byte("thinking")) || bytes.Contains(b2, []byte("server_tool_use\"")) || !bytes.Contains(b2, []byte("Done now.")) {
+		t.Fatalf("plain answer %s", b2)
+	}
+}
+
+func TestAnthropicThinkingBounds(t *testing.T) {
+	s := startSim(t, Sequence(Reply{Thinking: strings.Repeat("word ", 2000), Content: "answer"}), Options{})
+	for _, tc := range []struct {
+		name   string
+		body   map[string]any
+		status int
+	}{
+		{"budget below 1024", map[string]any{"max_tokens": 3000, "thinking": map[string]any{"type": "enabled", "budget_tokens": 1000}}, 400},
+		{"budget not below max_tokens", map[string]any{"max_tokens": 2000, "thinking": map[string]any{"type": "enabled", "budget_tokens": 2000}}, 400},
+		{"thinking cut at its budget", map[string]any{"max_tokens": 3000, "thinking": map[string]any{"type": "enabled", "budget_tokens": 1024}}, 200},
+	} {
+		tc.body["model"], tc.body["messages"] = "c", []any{map[string]any{"role": "user", "content": "x"}}
+		resp := post(t, s, "/v1/messages", "", tc.body)
+		var msg struct {
+			Content []struct{ Type, Thinking, Text string }
+			Usage   struct {
+				OutputTokens int64 `json:"output_tokens"`
+			}
+			StopReason string `json:"stop_reason"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&msg)
+		if resp.StatusCode != tc.status {
+			t.Fatalf("%s: %d", tc.name, resp.StatusCode)
+		}
+		if tc.status == 200 && (len(msg.Content) != 2 || len(Tokens(msg.Content[0].Thinking)) != 1024 || msg.Content[1].Text != "answer" ||
+			msg.Usage.OutputTokens != 1025 || msg.StopReason != "end_turn") {
+			t.Fatalf("%s: %+v", tc.name, msg)
+		}
+	}
+}
+
+func TestCountTokensEndpoint(t *testing.T) {
+	s := startSim(t, Script{}, Options{APIKey: "sk-ant"})
+	body := map[string]any{"model": "c", "system": "s", "messages": []any{map[string]any{"role": "user", "content": "count me"}}}
+	b, _ := json.Marshal(body)
+	for _, tc := range []struct {
+		key    string
+		status int
+	}{{"sk-ant", 200}, {"wrong", 401}} {
+		req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1/messages/count_tokens", bytes.NewReader(b))
+		req.Header.Set("x-api-key", tc.key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n struct {
+			InputTokens int64 `json:"input_tokens"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&n)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || (tc.status == 200 && n.InputTokens != int64(len(b)+3)/4) {
+			t.Fatalf("key %s: %d %+v", tc.key, resp.StatusCode, n)
+		}
+	}
+	if _, err := ParseAnthropicCount([]byte(`{"model":"c","messages":[]}`)); err == nil {
+		t.Fatal("counted no messages")
+	}
+}
+
+func FuzzParseAnthropicCount(f *testing.F) {
+	f.Add([]byte(`{"model":"c","thinking":{"type":"enabled","budget_tokens":2048},"messages":[{"role":"user","content":"x"}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req, err := ParseAnthropicCount(b)
+		if err == nil && (req.Model == "" || len(req.Messages) == 0 || req.Thinking < 0) {
+			t.Fatalf("accepted %q as %+v", b, req)
+		}
+	})
+}

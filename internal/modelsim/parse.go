@@ -159,8 +159,16 @@ func openAIText(raw json.RawMessage) (string, error) {
 
 // ParseAnthropic reads a Messages request body. A user message's
 // tool_result blocks become tool messages (in order), its other text a
-// user message after them.
-func ParseAnthropic(body []byte) (Request, error) {
+// user message after them. It takes Claude Code's requests: system as a
+// list of blocks with cache_control, tools with input_schema or of a
+// server tool's type, thinking, metadata.
+func ParseAnthropic(body []byte) (Request, error) { return parseAnthropic(body, true) }
+
+// ParseAnthropicCount reads a token counting request body: a Messages
+// request without max_tokens.
+func ParseAnthropicCount(body []byte) (Request, error) { return parseAnthropic(body, false) }
+
+func parseAnthropic(body []byte, needMax bool) (Request, error) {
 	var b struct {
 		Model    string          `json:"model"`
 		System   json.RawMessage `json:"system"`
@@ -169,11 +177,16 @@ func ParseAnthropic(body []byte) (Request, error) {
 			Content json.RawMessage `json:"content"`
 		} `json:"messages"`
 		Tools []struct {
+			Type string `json:"type"`
 			Name string `json:"name"`
 		} `json:"tools"`
 		Stream     bool            `json:"stream"`
 		MaxTokens  *int64          `json:"max_tokens"`
 		ToolChoice json.RawMessage `json:"tool_choice"`
+		Thinking   *struct {
+			Type         string `json:"type"`
+			BudgetTokens int64  `json:"budget_tokens"`
+		} `json:"thinking"`
 	}
 	if err := json.Unmarshal(body, &b); err != nil {
 		return Request{}, fmt.Errorf("messages request: %w", err)
@@ -181,19 +194,41 @@ func ParseAnthropic(body []byte) (Request, error) {
 	if b.Model == "" {
 		return Request{}, errors.New("messages request: model is required")
 	}
-	if b.MaxTokens == nil || *b.MaxTokens < 1 {
+	if needMax && (b.MaxTokens == nil || *b.MaxTokens < 1) {
 		return Request{}, errors.New("messages request: max_tokens is required and at least 1")
 	}
 	if len(b.Messages) == 0 {
 		return Request{}, errors.New("messages request: messages is empty")
 	}
-	req := Request{API: "anthropic", Model: b.Model, Stream: b.Stream, MaxTokens: *b.MaxTokens, BodyBytes: len(body)}
+	req := Request{API: "anthropic", Model: b.Model, Stream: b.Stream, BodyBytes: len(body)}
+	if b.MaxTokens != nil {
+		req.MaxTokens = *b.MaxTokens
+	}
+	if t := b.Thinking; t != nil {
+		switch t.Type {
+		case "enabled":
+			// As Anthropic: at least 1024, and below max_tokens.
+			if t.BudgetTokens < 1024 || (needMax && t.BudgetTokens >= req.MaxTokens) {
+				return Request{}, fmt.Errorf("messages request: thinking.budget_tokens %d: want at least 1024 and below max_tokens (%d)", t.BudgetTokens, req.MaxTokens)
+			}
+			req.Thinking = t.BudgetTokens
+		case "adaptive":
+			req.Thinking = max(req.MaxTokens, 1)
+		case "disabled", "":
+		default:
+			return Request{}, fmt.Errorf("messages request: thinking.type %q is unknown", t.Type)
+		}
+	}
 	choice, err := toolChoice(b.ToolChoice)
 	if err != nil {
 		return Request{}, fmt.Errorf("messages request: %w", err)
 	}
 	req.ToolChoice = choice
 	for _, t := range b.Tools {
+		if t.Type != "" && t.Type != "custom" {
+			req.ServerTools = append(req.ServerTools, t.Type)
+			continue
+		}
 		req.Tools = append(req.Tools, t.Name)
 	}
 	if len(b.System) > 0 && string(b.System) != "null" {

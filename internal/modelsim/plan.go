@@ -38,7 +38,10 @@ func Tokens(s string) []string {
 // the tool calls with their argument tokens, why it stopped and the usage
 // it reports.
 type plan struct {
-	reasoning []string
+	reasoning []string // tokens of the reasoning (Reply.Reasoning)
+	thinking  []string // tokens of the thinking, sent first
+	redacted  string   // a redacted_thinking block's data
+	searches  int      // provider-side web searches
 	content   []string
 	calls     []plannedCall
 	truncated bool // stopped at max_tokens
@@ -53,7 +56,7 @@ type plannedCall struct {
 
 // sent is how many tokens the plan sends.
 func (p plan) sent() int64 {
-	n := int64(len(p.reasoning) + len(p.content))
+	n := int64(len(p.reasoning) + len(p.thinking) + len(p.content))
 	for _, c := range p.calls {
 		n += 1 + int64(len(c.args))
 	}
@@ -73,16 +76,33 @@ func planReply(r Reply, req Request) plan {
 	if req.MaxTokens > 0 && !r.IgnoreMaxTokens {
 		limit = req.MaxTokens
 	}
+	if req.Thinking > 0 {
+		// Thinking comes first and counts within max_tokens (and its
+		// own budget).
+		p.thinking = Tokens(r.Thinking)
+		if n := min(limit, req.Thinking); int64(len(p.thinking)) > n {
+			p.thinking = p.thinking[:n]
+			p.truncated = int64(len(p.thinking)) >= limit
+		}
+		p.redacted = r.RedactedThinking
+		limit -= int64(len(p.thinking))
+	}
+	// Reasoning (the Responses API's) counts within max_tokens too.
 	p.reasoning = Tokens(r.Reasoning)
 	if int64(len(p.reasoning)) > limit {
 		p.reasoning = p.reasoning[:limit]
 		p.truncated = true
 	}
-	if room := limit - int64(len(p.reasoning)); int64(len(p.content)) > room {
-		p.content = p.content[:room]
+	limit -= int64(len(p.reasoning))
+	if slices.ContainsFunc(req.ServerTools, func(t string) bool { return strings.HasPrefix(t, "web_search_") }) {
+		p.searches = r.WebSearches
+	}
+	if int64(len(p.content)) > limit {
+		p.content = p.content[:limit]
 		p.truncated = true
 	}
-	used := int64(len(p.reasoning) + len(p.content))
+	hidden := int64(len(p.thinking) + len(p.reasoning))
+	used := hidden + int64(len(p.content))
 	calls := r.ToolCalls
 	if req.ToolChoice == "none" {
 		calls = nil
@@ -90,7 +110,7 @@ func planReply(r Reply, req Request) plan {
 	for _, c := range calls {
 		args := Tokens(c.Arguments)
 		cost := 1 + int64(len(args))
-		if used+cost > limit {
+		if used-hidden+cost > limit {
 			p.truncated = true
 			break
 		}
@@ -103,8 +123,8 @@ func planReply(r Reply, req Request) plan {
 	}
 	if p.usage.Completion == 0 {
 		p.usage.Completion = used
-	} else if p.usage.Completion > limit {
-		p.usage.Completion = limit
+	} else if full := limit + hidden; p.usage.Completion > full {
+		p.usage.Completion = full
 	}
 	p.usage.Completion += r.OverReport
 	return p

@@ -3,8 +3,10 @@ package modelsim
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 )
 
@@ -180,17 +182,32 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, ctx context.Context, req Req
 // Wire shapes of Anthropic's Messages API.
 type (
 	anBlock struct {
-		Type  string           `json:"type"`
-		Text  *string          `json:"text,omitempty"`
-		ID    string           `json:"id,omitempty"`
-		Name  string           `json:"name,omitempty"`
-		Input *json.RawMessage `json:"input,omitempty"`
+		Type      string           `json:"type"`
+		Text      *string          `json:"text,omitempty"`
+		Thinking  *string          `json:"thinking,omitempty"`
+		Signature *string          `json:"signature,omitempty"`
+		Data      string           `json:"data,omitempty"`
+		ID        string           `json:"id,omitempty"`
+		Name      string           `json:"name,omitempty"`
+		Input     *json.RawMessage `json:"input,omitempty"`
+		ToolUseID string           `json:"tool_use_id,omitempty"`
+		Content   any              `json:"content,omitempty"`
+	}
+	anCacheCreation struct {
+		Ephemeral5m int64 `json:"ephemeral_5m_input_tokens"`
+		Ephemeral1h int64 `json:"ephemeral_1h_input_tokens"`
+	}
+	anServerToolUse struct {
+		WebSearchRequests int64 `json:"web_search_requests"`
 	}
 	anUsage struct {
-		InputTokens              int64 `json:"input_tokens"`
-		CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-		CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
-		OutputTokens             int64 `json:"output_tokens"`
+		InputTokens              int64            `json:"input_tokens"`
+		CacheCreationInputTokens int64            `json:"cache_creation_input_tokens"`
+		CacheReadInputTokens     int64            `json:"cache_read_input_tokens"`
+		CacheCreation            anCacheCreation  `json:"cache_creation"`
+		OutputTokens             int64            `json:"output_tokens"`
+		ServerToolUse            *anServerToolUse `json:"server_tool_use,omitempty"`
+		ServiceTier              string           `json:"service_tier"`
 	}
 	anMessage struct {
 		ID           string    `json:"id"`
@@ -208,8 +225,33 @@ func (p plan) anthropicUsage(output int64) *anUsage {
 	if !p.report {
 		return nil
 	}
-	return &anUsage{InputTokens: p.usage.Prompt - p.usage.Cached - p.usage.CacheWrite,
-		CacheCreationInputTokens: p.usage.CacheWrite, CacheReadInputTokens: p.usage.Cached, OutputTokens: output}
+	u := &anUsage{InputTokens: p.usage.Prompt - p.usage.Cached - p.usage.CacheWrite,
+		CacheCreationInputTokens: p.usage.CacheWrite, CacheReadInputTokens: p.usage.Cached, OutputTokens: output,
+		CacheCreation: anCacheCreation{Ephemeral5m: p.usage.CacheWrite - p.usage.CacheWrite1h, Ephemeral1h: p.usage.CacheWrite1h},
+		ServiceTier:   "standard"}
+	if p.searches > 0 {
+		u.ServerToolUse = &anServerToolUse{WebSearchRequests: int64(p.searches)}
+	}
+	return u
+}
+
+// signature is a thinking block's signature: derived from its text, as
+// opaque as the provider's.
+func signature(thinking string) string {
+	sum := sha256.Sum256([]byte("modelsim thinking " + thinking))
+	return base64.StdEncoding.EncodeToString(sum[:])
+}
+
+// search is the k-th provider-side web search of a reply: the
+// server_tool_use block and its result.
+func search(id string, k int) (use, result anBlock) {
+	sid := fmt.Sprintf("srvtoolu_%s_%d", id[:8], k)
+	in := json.RawMessage(fmt.Sprintf(`{"query":"modelsim search %d"}`, k+1))
+	use = anBlock{Type: "server_tool_use", ID: sid, Name: "web_search", Input: &in}
+	result = anBlock{Type: "web_search_tool_result", ToolUseID: sid, Content: []map[string]any{{"type": "web_search_result",
+		"url": fmt.Sprintf("https://example.org/%d", k+1), "title": fmt.Sprintf("Result %d", k+1),
+		"encrypted_content": signature(sid), "page_age": nil}}}
+	return use, result
 }
 
 // toolInput is a tool call's arguments as a JSON value ({} when they are
@@ -228,6 +270,17 @@ func (s *Server) serveAnthropic(w http.ResponseWriter, ctx context.Context, req 
 	if !req.Stream {
 		if err := pace.waitAll(p.sent()); err != nil {
 			return
+		}
+		if len(p.thinking) > 0 {
+			t := join(p.thinking)
+			msg.Content = append(msg.Content, anBlock{Type: "thinking", Thinking: ptr(t), Signature: ptr(signature(t))})
+		}
+		if p.redacted != "" {
+			msg.Content = append(msg.Content, anBlock{Type: "redacted_thinking", Data: p.redacted})
+		}
+		for k := range p.searches {
+			use, result := search(id, k)
+			msg.Content = append(msg.Content, use, result)
 		}
 		if len(p.content) > 0 || len(p.calls) == 0 {
 			msg.Content = append(msg.Content, anBlock{Type: "text", Text: ptr(join(p.content))})
@@ -249,6 +302,41 @@ func (s *Server) serveAnthropic(w http.ResponseWriter, ctx context.Context, req 
 	event("message_start", map[string]any{"type": "message_start", "message": msg})
 	tick := func() bool { return pace.tick(out) }
 	index := 0
+	if len(p.thinking) > 0 {
+		event("content_block_start", map[string]any{"type": "content_block_start", "index": index,
+			"content_block": anBlock{Type: "thinking", Thinking: ptr(""), Signature: ptr("")}})
+		for _, t := range p.thinking {
+			if !tick() {
+				return
+			}
+			event("content_block_delta", map[string]any{"type": "content_block_delta", "index": index,
+				"delta": map[string]any{"type": "thinking_delta", "thinking": t}})
+		}
+		event("content_block_delta", map[string]any{"type": "content_block_delta", "index": index,
+			"delta": map[string]any{"type": "signature_delta", "signature": signature(join(p.thinking))}})
+		event("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
+		index++
+	}
+	if p.redacted != "" {
+		event("content_block_start", map[string]any{"type": "content_block_start", "index": index,
+			"content_block": anBlock{Type: "redacted_thinking", Data: p.redacted}})
+		event("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
+		index++
+	}
+	for k := range p.searches {
+		use, result := search(id, k)
+		query := *use.Input
+		empty := json.RawMessage("{}")
+		use.Input = &empty
+		event("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": use})
+		event("content_block_delta", map[string]any{"type": "content_block_delta", "index": index,
+			"delta": map[string]any{"type": "input_json_delta", "partial_json": string(query)}})
+		event("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
+		index++
+		event("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": result})
+		event("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
+		index++
+	}
 	if len(p.content) > 0 || len(p.calls) == 0 {
 		event("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": anBlock{Type: "text", Text: ptr("")}})
 		event("ping", map[string]any{"type": "ping"})
@@ -281,7 +369,14 @@ func (s *Server) serveAnthropic(w http.ResponseWriter, ctx context.Context, req 
 	}
 	delta := map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": p.stopAnthropic(), "stop_sequence": nil}}
 	if u := p.anthropicUsage(p.usage.Completion); u != nil {
-		delta["usage"] = map[string]any{"output_tokens": u.OutputTokens}
+		// Cumulative, as Anthropic's: input and cache counts again
+		// (with provider-side tools, they grow during the turn).
+		du := map[string]any{"input_tokens": u.InputTokens, "cache_creation_input_tokens": u.CacheCreationInputTokens,
+			"cache_read_input_tokens": u.CacheReadInputTokens, "output_tokens": u.OutputTokens}
+		if u.ServerToolUse != nil {
+			du["server_tool_use"] = u.ServerToolUse
+		}
+		delta["usage"] = du
 	}
 	event("message_delta", delta)
 	event("message_stop", map[string]any{"type": "message_stop"})

@@ -65,6 +65,19 @@ type Reply struct {
 	// reasoning.encrypted_content); the other APIs keep it hidden, as
 	// reasoning models do, and only count it.
 	Reasoning string `json:"reasoning,omitempty"`
+	// Thinking is the assistant's extended thinking, sent before
+	// everything else when the request enables thinking (Anthropic: a
+	// thinking block with a signature; streamed as thinking_delta and
+	// signature_delta events). Its tokens are output tokens.
+	Thinking string `json:"thinking,omitempty"`
+	// RedactedThinking, when set and the request enables thinking, is
+	// the data of a redacted_thinking block sent after the thinking.
+	RedactedThinking string `json:"redacted_thinking,omitempty"`
+	// WebSearches is how many searches the provider's own web search
+	// tool makes (Anthropic, when the request offers a web_search_*
+	// tool): a server_tool_use and a web_search_tool_result block each,
+	// counted in usage.server_tool_use.web_search_requests.
+	WebSearches int `json:"web_searches,omitempty"`
 	// Usage overrides the token counts the server reports; a zero field is
 	// computed (prompt: a quarter of the request body's bytes, rounded up;
 	// completion: the tokens sent).
@@ -117,15 +130,17 @@ type ToolCall struct {
 
 // Usage are token counts. Prompt counts every input token, cached ones
 // included (OpenAI's prompt_tokens); Cached are read from the cache,
-// CacheWrite written to it (Anthropic only); Thoughts are thinking
-// tokens reported beside the completion (Gemini's thoughtsTokenCount,
-// within maxOutputTokens with the completion).
+// CacheWrite written to it (Anthropic only), of which CacheWrite1h for
+// an hour (the rest for five minutes: usage.cache_creation's split);
+// Thoughts are thinking tokens reported beside the completion (Gemini's
+// thoughtsTokenCount, within maxOutputTokens with the completion).
 type Usage struct {
-	Prompt     int64 `json:"prompt,omitempty"`
-	Completion int64 `json:"completion,omitempty"`
-	Cached     int64 `json:"cached,omitempty"`
-	CacheWrite int64 `json:"cache_write,omitempty"`
-	Thoughts   int64 `json:"thoughts,omitempty"`
+	Prompt       int64 `json:"prompt,omitempty"`
+	Completion   int64 `json:"completion,omitempty"`
+	Cached       int64 `json:"cached,omitempty"`
+	CacheWrite   int64 `json:"cache_write,omitempty"`
+	CacheWrite1h int64 `json:"cache_write_1h,omitempty"`
+	Thoughts     int64 `json:"thoughts,omitempty"`
 }
 
 // Logprob is a token and its log probability.
@@ -169,6 +184,14 @@ type Request struct {
 	// MaxTokens is the request's output bound (max_completion_tokens,
 	// else max_tokens); 0: none.
 	MaxTokens int64
+	// Thinking is Anthropic's thinking.budget_tokens when thinking is
+	// enabled ("adaptive" thinking: MaxTokens); 0: not enabled.
+	Thinking int64
+	// ServerTools are the types of the provider-side tools offered
+	// (Anthropic's web_search_*, web_fetch_* …).
+	ServerTools []string
+	// Betas are the anthropic-beta flags the request carried.
+	Betas []string
 	// Logprobs and TopLogprobs are OpenAI's logprobs and top_logprobs.
 	Logprobs    bool
 	TopLogprobs int
@@ -200,6 +223,9 @@ func (s Script) Match(req Request) (Reply, error) {
 func (r Reply) check() error {
 	if r.ContentTokens != nil && strings.Join(r.ContentTokens, "") != r.Content {
 		return fmt.Errorf("modelsim: content_tokens %q do not join to the content %q", r.ContentTokens, clip(r.Content, 80))
+	}
+	if r.Usage.CacheWrite1h > r.Usage.CacheWrite || r.WebSearches < 0 {
+		return fmt.Errorf("modelsim: usage %+v writes more for an hour than in all, or web searches %d is negative", r.Usage, r.WebSearches)
 	}
 	return nil
 }

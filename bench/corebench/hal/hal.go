@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/repronet/repronet/bench"
 	"github.com/repronet/repronet/bench/corebench"
 	"github.com/repronet/repronet/bench/corebench/leaderboard"
 	"github.com/repronet/repronet/internal/pystr"
@@ -86,6 +87,8 @@ type Provenance struct {
 	Scoring corebench.Scoring `json:"scoring"`
 	Model   string            `json:"model,omitempty"`
 	Run     int               `json:"run"`
+	// Eval is the evaluation the run belongs to (as the entries name it).
+	Eval string `json:"eval,omitempty"`
 	// Only validated attempts are in raw_eval_results; the others are
 	// counted here and in no metric.
 	Unvalidated   []string `json:"unvalidated"`
@@ -100,6 +103,11 @@ type Provenance struct {
 	// raw_logging_results, their usage is not in total_usage, and their
 	// latency is the attempt's.
 	NoTrajectory []string `json:"no_trajectory"`
+	// Reliability is not per run: the reliability measures of every
+	// validated run of the agent (and model) at this level and scoring
+	// (leaderboard.Row.Reliability), the same in each of its runs'
+	// uploads: pass@k, pass^k, consistency, spreads, per-task runs.
+	Reliability *bench.Reliability `json:"reliability"`
 }
 
 // Trajectory is one validated run's model calls as HAL counts them (the
@@ -112,6 +120,8 @@ type Trajectory struct {
 	Agent  string `json:"agent"`
 	TaskID string `json:"task_id"`
 	Run    int    `json:"run"`
+	// Eval is the run's evaluation, as its entry names it.
+	Eval string `json:"eval,omitempty"`
 	// RawLoggingResults are HAL's entries of the run's calls.
 	RawLoggingResults []json.RawMessage                 `json:"raw_logging_results"`
 	TotalUsage        map[string]leaderboard.TokenUsage `json:"total_usage"`
@@ -122,8 +132,8 @@ type Trajectory struct {
 
 // runKey names a run of a task across entries and trajectories.
 type runKey struct {
-	suite, level, agent, task string
-	run                       int
+	suite, level, agent, task, eval string
+	run                             int
 }
 
 // mergeTrajectories indexes ts by run, adding up those of one run: calls
@@ -132,10 +142,10 @@ type runKey struct {
 func mergeTrajectories(ts []Trajectory) map[runKey]Trajectory {
 	out := map[runKey]Trajectory{}
 	for _, t := range ts {
-		k := runKey{t.Suite, t.Level, t.Agent, t.TaskID, t.Run}
+		k := runKey{t.Suite, t.Level, t.Agent, t.TaskID, t.Eval, t.Run}
 		m, ok := out[k]
 		if !ok {
-			m = Trajectory{Suite: t.Suite, Level: t.Level, Agent: t.Agent, TaskID: t.TaskID, Run: t.Run,
+			m = Trajectory{Suite: t.Suite, Level: t.Level, Agent: t.Agent, TaskID: t.TaskID, Run: t.Run, Eval: t.Eval,
 				TotalUsage: map[string]leaderboard.TokenUsage{}}
 		}
 		m.RawLoggingResults = append(m.RawLoggingResults, t.RawLoggingResults...)
@@ -216,6 +226,7 @@ func Export(entries []leaderboard.Entry, opts Options) ([]Upload, []error) {
 		suite, level string
 		scoring      corebench.Scoring
 		agent, model string
+		eval         string
 		run          int
 	}
 	trajectories := mergeTrajectories(opts.Trajectories)
@@ -227,7 +238,7 @@ func Export(entries []leaderboard.Entry, opts Options) ([]Upload, []error) {
 			errs = append(errs, err)
 			continue
 		}
-		k := key{e.Suite, e.Level, e.Scoring, e.Agent, e.Model, e.Run}
+		k := key{e.Suite, e.Level, e.Scoring, e.Agent, e.Model, e.Eval, e.Run}
 		if _, ok := groups[k]; !ok {
 			keys = append(keys, k)
 		}
@@ -235,25 +246,54 @@ func Export(entries []leaderboard.Entry, opts Options) ([]Upload, []error) {
 	}
 	slices.SortFunc(keys, func(a, b key) int {
 		return cmp.Or(cmp.Compare(a.suite, b.suite), cmp.Compare(a.level, b.level), cmp.Compare(a.scoring.String(), b.scoring.String()),
-			cmp.Compare(a.agent, b.agent), cmp.Compare(a.model, b.model), cmp.Compare(a.run, b.run))
+			cmp.Compare(a.agent, b.agent), cmp.Compare(a.model, b.model), cmp.Compare(a.eval, b.eval), cmp.Compare(a.run, b.run))
 	})
+	// Each evaluation numbers its runs from 1: an agent evaluated more
+	// than once at a level has its evaluation in its run IDs, so that two
+	// evaluations' run 1 are two uploads, never one.
+	evals := map[[2]string]map[string]bool{}
+	for _, k := range keys {
+		ak := [2]string{k.agent, k.level}
+		if evals[ak] == nil {
+			evals[ak] = map[string]bool{}
+		}
+		evals[ak][k.eval] = true
+	}
+	// The reliability measures are the board row's: every run of every
+	// evaluation of the agent and model at the level and scoring.
+	type rowKey struct {
+		suite, level string
+		scoring      corebench.Scoring
+		agent, model string
+	}
+	outcomes := map[rowKey][]bench.RunOutcome{}
+	for _, k := range keys {
+		rk := rowKey{k.suite, k.level, k.scoring, k.agent, k.model}
+		for _, e := range groups[k] {
+			if e.Status == leaderboard.Validated {
+				outcomes[rk] = append(outcomes[rk], bench.RunOutcome{Task: e.TaskID, Eval: e.Eval, Run: e.Run, Pass: e.Score.TaskCorrect,
+					CostUSD: e.CostUSD, WallSeconds: e.WallSeconds})
+			}
+		}
+	}
 	out := make([]Upload, 0, len(keys))
 	for _, k := range keys {
 		es := groups[k]
+		reliability := bench.MeasureReliability(leaderboard.PassRule, outcomes[rowKey{k.suite, k.level, k.scoring, k.agent, k.model}])
 		slices.SortFunc(es, func(a, b leaderboard.Entry) int { return cmp.Compare(a.TaskID, b.TaskID) })
-		bench := BenchmarkName(k.level)
+		benchName := BenchmarkName(k.level)
 		u := Upload{
-			Config: Config{AgentName: k.agent, BenchmarkName: bench,
-				RunID:     fmt.Sprintf("%s%s_%s_run%d", opts.RunIDPrefix, sanitize(k.agent), bench, k.run),
+			Config: Config{AgentName: k.agent, BenchmarkName: benchName,
+				RunID:     fmt.Sprintf("%s%s_%s_%srun%d", opts.RunIDPrefix, sanitize(k.agent), benchName, evalPart(k.eval, len(evals[[2]string{k.agent, k.level}])), k.run),
 				AgentArgs: map[string]any{}},
 			Results:           Results{SuccessfulTasks: []string{}, FailedTasks: []string{}, Latencies: map[string]Latency{}},
 			RawEvalResults:    map[string]RawEval{},
 			RawLoggingResults: []json.RawMessage{},
 			TotalUsage:        map[string]leaderboard.TokenUsage{},
 			WallClockTimes:    map[string]float64{},
-			Repronet: Provenance{Suite: k.suite, Level: k.level, Scoring: k.scoring, Model: k.model, Run: k.run,
+			Repronet: Provenance{Suite: k.suite, Level: k.level, Scoring: k.scoring, Model: k.model, Run: k.run, Eval: k.eval,
 				Unvalidated: []string{}, Inconsistent: []string{}, InfraFailures: []string{}, Pending: []string{}, CostComplete: true,
-				NoTrajectory: []string{}},
+				NoTrajectory: []string{}, Reliability: reliability},
 		}
 		for name, v := range opts.AgentArgs[k.agent] {
 			u.Config.AgentArgs[name] = v
@@ -297,7 +337,7 @@ func Export(entries []leaderboard.Entry, opts Options) ([]Upload, []error) {
 				}
 			}
 			u.WallClockTimes[e.TaskID] = e.WallSeconds
-			if tr, ok := trajectories[runKey{e.Suite, e.Level, e.Agent, e.TaskID, e.Run}]; ok {
+			if tr, ok := trajectories[runKey{e.Suite, e.Level, e.Agent, e.TaskID, e.Eval, e.Run}]; ok {
 				u.RawLoggingResults = append(u.RawLoggingResults, tr.RawLoggingResults...)
 				addUsage(u.TotalUsage, tr.TotalUsage)
 				u.TotalCost += tr.TotalCost
@@ -354,6 +394,15 @@ func sanitize(s string) string {
 		}
 		return '_'
 	}, s)
+}
+
+// evalPart is the evaluation's part of a run ID ("" when the agent has
+// one evaluation at the level).
+func evalPart(eval string, evals int) string {
+	if evals < 2 || eval == "" {
+		return ""
+	}
+	return sanitize(eval) + "_"
 }
 
 // FileName is HAL's name for the upload: <run_id>_UPLOAD.json.

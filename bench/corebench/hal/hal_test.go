@@ -119,6 +119,12 @@ func TestExportMatchesLeaderboard(t *testing.T) {
 	}
 	if slices.Min(accs) != row.AccuracyMin || slices.Max(accs) != row.AccuracyMax || (accs[0]+accs[1]+accs[2])/3 != row.Accuracy {
 		t.Errorf("HAL per-run %v, leaderboard %v [%v, %v]", accs, row.Accuracy, row.AccuracyMin, row.AccuracyMax)
+	} // Each run's upload carries the row's reliability measures, over all
+	// three runs.
+	for _, u := range ups {
+		if !reflect.DeepEqual(u.Repronet.Reliability, row.Reliability) || u.Repronet.Reliability.Runs != 21 {
+			t.Errorf("run %d: reliability %+v, want the board row's %+v", u.Repronet.Run, u.Repronet.Reliability, row.Reliability)
+		}
 	}
 }
 
@@ -191,5 +197,48 @@ func TestExportTrajectories(t *testing.T) {
 	ups, _ = Export([]leaderboard.Entry{e("capsule-1")}, Options{})
 	if b, _ := json.Marshal(ups[0]); !strings.Contains(string(b), `"raw_logging_results":[]`) {
 		t.Errorf("%s", b)
+	}
+}
+
+// TestExportTwoEvaluations: two evaluations of one agent both have a run
+// 1; they are two uploads (their run IDs name the evaluation), each with
+// its own tasks, metrics and trajectories, never one run merging both.
+func TestExportTwoEvaluations(t *testing.T) {
+	scoring := corebench.Scoring{Grader: "corebench-hal", GraderVersion: "1", StripRule: "hal-2026", StripRuleVersion: "1"}
+	e := func(eval, task string, right bool) leaderboard.Entry {
+		s := &leaderboard.Score{TotalWrittenQuestions: 1}
+		if right {
+			s.CorrectWrittenAnswers, s.TaskCorrect = 1, true
+		}
+		return leaderboard.Entry{Suite: "s", Level: "easy", Scoring: scoring, Agent: "a", TaskID: task, Run: 1, Status: leaderboard.Validated,
+			Score: s, Eval: eval}
+	}
+	tr := func(eval, task string, usd float64) Trajectory {
+		return Trajectory{Suite: "s", Level: "easy", Agent: "a", TaskID: task, Run: 1, Eval: eval, TotalCost: usd,
+			RawLoggingResults: []json.RawMessage{json.RawMessage(`{}`)}}
+	}
+	ups, errs := Export([]leaderboard.Entry{e("ev-1", "capsule-1", true), e("ev-1", "capsule-2", true), e("ev-2", "capsule-1", false)},
+		Options{RunIDPrefix: "p_", Trajectories: []Trajectory{tr("ev-1", "capsule-1", 1), tr("ev-1", "capsule-2", 2), tr("ev-2", "capsule-1", 4)}})
+	if len(errs) != 0 || len(ups) != 2 {
+		t.Fatalf("%d uploads, errors %v", len(ups), errs)
+	}
+	type got struct {
+		id       string
+		tasks    int
+		accuracy float64
+		cost     float64
+		eval     string
+	}
+	var gs []got
+	for _, u := range ups {
+		gs = append(gs, got{u.Config.RunID, len(u.RawEvalResults), u.Results.Accuracy, u.TotalCost, u.Repronet.Eval})
+	}
+	want := []got{{"p_a_corebench_easy_ev-1_run1", 2, 1, 3, "ev-1"}, {"p_a_corebench_easy_ev-2_run1", 1, 0, 4, "ev-2"}}
+	if !reflect.DeepEqual(gs, want) {
+		t.Fatalf("uploads %+v, want %+v", gs, want)
+	}
+	// One evaluation: run IDs as before.
+	if ups, _ = Export([]leaderboard.Entry{e("ev-1", "capsule-1", true)}, Options{RunIDPrefix: "p_"}); ups[0].Config.RunID != "p_a_corebench_easy_run1" {
+		t.Fatalf("one evaluation's run ID %q", ups[0].Config.RunID)
 	}
 }

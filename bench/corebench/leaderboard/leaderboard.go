@@ -98,6 +98,9 @@ type Entry struct {
 	// Verification is bench.Entry.Verification: "verified" when a replay
 	// verified a model-driven run ("": not model-driven).
 	Verification string `json:"verification,omitempty"`
+	// Eval is bench.Entry.Eval: the evaluation the run belongs to (run 1
+	// of two evaluations are two runs).
+	Eval string `json:"eval,omitempty"`
 }
 
 // Validate checks what Build relies on, naming the entry.
@@ -163,7 +166,16 @@ type Row struct {
 	// or tool result of their trajectory (the agent's doing unless replays
 	// show otherwise): counted as attempted, never as correct.
 	Unbound int `json:"unbound,omitempty"`
+	// Reliability holds the reliability measures of the validated
+	// attempts (bench.MeasureReliability; a run passes when the task is
+	// correct, PassRule): pass@k, pass^k, consistency, cost and wall-time
+	// spreads, and which runs of each task passed.
+	Reliability *bench.Reliability `json:"reliability,omitempty"`
 }
+
+// PassRule is what a passed run is for the reliability measures: the
+// task correct (every question right), as HAL's accuracy counts it.
+const PassRule = "task_correct"
 
 // Board is one leaderboard: a suite, a level and one scoring. Rows are
 // sorted by accuracy (best first), then agent and model.
@@ -202,7 +214,8 @@ type runAcc struct {
 func Build(entries []Entry) ([]Board, []error) {
 	var errs []error
 	rows := map[rowKey]*Row{}
-	runs := map[rowKey]map[int]*runAcc{}
+	runs := map[rowKey]map[runKey]*runAcc{}
+	outcomes := map[rowKey][]bench.RunOutcome{}
 	for _, e := range entries {
 		if err := e.Validate(); err != nil {
 			errs = append(errs, err)
@@ -213,7 +226,7 @@ func Build(entries []Entry) ([]Board, []error) {
 		if r == nil {
 			r = &Row{Agent: e.Agent, Model: e.Model}
 			rows[k] = r
-			runs[k] = map[int]*runAcc{}
+			runs[k] = map[runKey]*runAcc{}
 		}
 		switch e.Status {
 		case Validated:
@@ -240,12 +253,14 @@ func Build(entries []Entry) ([]Board, []error) {
 		if unbound {
 			r.Unbound++
 		}
-		ra := runs[k][e.Run]
+		ra := runs[k][runKey{e.Eval, e.Run}]
 		if ra == nil {
 			ra = &runAcc{costKnown: true}
-			runs[k][e.Run] = ra
+			runs[k][runKey{e.Eval, e.Run}] = ra
 		}
 		s := *e.Score
+		outcomes[k] = append(outcomes[k], bench.RunOutcome{Task: e.TaskID, Eval: e.Eval, Run: e.Run, Pass: s.TaskCorrect && !unbound, CostUSD: e.CostUSD,
+			WallSeconds: e.WallSeconds})
 		ra.tasks++
 		r.Tasks++
 		if s.TaskCorrect && !unbound {
@@ -275,6 +290,7 @@ func Build(entries []Entry) ([]Board, []error) {
 	boards := map[boardKey]*Board{}
 	for k, r := range rows {
 		finishRow(r, runs[k])
+		r.Reliability = bench.MeasureReliability(PassRule, outcomes[k])
 		b := boards[k.board]
 		if b == nil {
 			b = &Board{Family: "corebench", Suite: k.board.suite, Level: k.board.level, Scoring: k.board.scoring}
@@ -310,15 +326,24 @@ func Build(entries []Entry) ([]Board, []error) {
 	return out, errs
 }
 
-func finishRow(r *Row, byRun map[int]*runAcc) {
+// runKey names a run: its evaluation and its number there (every
+// evaluation numbers its runs from 1: run 1 of two evaluations are two
+// runs).
+type runKey struct {
+	eval string
+	run  int
+}
+
+func finishRow(r *Row, byRun map[runKey]*runAcc) {
 	if graded := r.Validated + r.Unvalidated + r.Inconsistent; graded > 0 {
 		r.ValidatedShare = float64(r.Validated) / float64(graded)
 	}
-	keys := make([]int, 0, len(byRun))
+	keys := make([]runKey, 0, len(byRun))
 	for run := range byRun {
 		keys = append(keys, run)
 	}
-	slices.Sort(keys) // a fixed order keeps the float sums reproducible
+	// A fixed order keeps the float sums reproducible.
+	slices.SortFunc(keys, func(a, b runKey) int { return cmp.Or(cmp.Compare(a.eval, b.eval), cmp.Compare(a.run, b.run)) })
 	var acc, wAcc, vAcc, cost []float64
 	costKnown := true
 	for _, run := range keys {
