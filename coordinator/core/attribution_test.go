@@ -214,3 +214,27 @@ func TestStepReplayersVerified(t *testing.T) {
 		}
 	}
 }
+
+// TestStepAttributionRestart: an unbound result whose replays are still
+// deciding whom it charges survives a restart, and is judged again.
+func TestStepAttributionRestart(t *testing.T) {
+	h := newHarness(t)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		h.announce(n, "op-"+n, 1)
+	}
+	a := unboundOn(t, h)
+	r := h.queuedReplay(a.ID)
+	h.runOn(r.ID, "n2")
+	fx := h.restart()
+	if len(fx.Judges) != 1 || fx.Judges[0].Attempt != a.ID {
+		t.Fatalf("after restart: judges %+v, want the reported replay judged again", fx.Judges)
+	}
+	if v := h.s.Attempts[a.ID].Verification; v == nil || v.State != VerifyUnbound || !v.Attributing {
+		t.Fatalf("restored verification %+v", v)
+	}
+	h.step(Judged{Attempt: a.ID, Replays: []string{r.ID}, Unbound: []string{"answers unbound"}})
+	h.restart()
+	if v := h.s.Attempts[a.ID].Verification; v.State != VerifyUnbound || v.Attributing || h.s.Records["n1"].Verify.Marks() != 0 {
+		t.Fatalf("after the verdict and a restart: %+v, n1 %+v", v, h.s.Records["n1"].Verify)
+	}
+}
