@@ -216,24 +216,33 @@ func (r *refStore) dropFile(file *placedFile) {
 	r.mu.Unlock()
 }
 
-// readRef reads and verifies a placed leaf; ipld's not-found error when it
-// is gone or changed.
+// readRef reads and verifies a placed leaf. One whose file is gone or
+// whose bytes changed is forgotten (so that Has says it is missing and a
+// fetch gets it again, into the store) and is ipld's not-found.
 func (r *refStore) readRef(c cid.Cid, ref placedRef) ([]byte, error) {
+	gone := func() ([]byte, error) {
+		r.mu.Lock()
+		if cur, ok := r.refs[string(c.Hash())]; ok && cur == ref {
+			delete(r.refs, string(c.Hash()))
+		}
+		r.mu.Unlock()
+		return nil, ipld.ErrNotFound{Cid: c}
+	}
 	f, err := os.Open(ref.file.name())
 	if err != nil {
-		return nil, ipld.ErrNotFound{Cid: c}
+		return gone()
 	}
 	defer f.Close()
 	b := make([]byte, ref.size)
 	if _, err := f.ReadAt(b, ref.off); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, ipld.ErrNotFound{Cid: c}
+			return gone()
 		}
 		return nil, fmt.Errorf("reading block %s from %s: %w", c, ref.file.name(), err)
 	}
 	got, err := c.Prefix().Sum(b)
 	if err != nil || !got.Equals(c) {
-		return nil, ipld.ErrNotFound{Cid: c}
+		return gone()
 	}
 	return b, nil
 }
