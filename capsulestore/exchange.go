@@ -268,8 +268,9 @@ type received struct {
 
 // Writer queue: blocks received and not yet stored (about 1 MiB each).
 const (
-	writeQueue = 32
-	writeBatch = 16
+	writeQueue    = 32
+	writeBatch    = 16
+	writeParallel = 4
 )
 
 // writer stores received blocks in batches (one datastore transaction for
@@ -278,9 +279,8 @@ const (
 func (ex *exchange) writer() {
 	defer close(ex.writerDone)
 	batch := make([]received, 0, writeBatch)
-	blks := make([]blocks.Block, 0, writeBatch)
 	for {
-		batch, blks = batch[:0], blks[:0]
+		batch = batch[:0]
 		select {
 		case r := <-ex.writes:
 			batch = append(batch, r)
@@ -297,31 +297,45 @@ func (ex *exchange) writer() {
 			}
 		}
 		// Raw leaves a WriteTo placed go into its file; the rest into the
-		// store, in one batch.
+		// store. Both are written by writeParallel goroutines at once: a
+		// block file costs a create, a write that goes to the disk
+		// (O_DIRECT) and a rename, and one at a time they leave the disk
+		// and the CPU idle in turn.
 		placed := make([]bool, len(batch))
 		perr := make([]error, len(batch))
+		var toStore []int
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, writeParallel)
 		for i, r := range batch {
 			c := r.blk.Cid()
 			ex.mu.Lock()
 			pl, ok := ex.place[c]
 			ex.mu.Unlock()
-			if ok && c.Type() == cid.Raw {
+			if !ok || c.Type() != cid.Raw {
+				toStore = append(toStore, i)
+				continue
+			}
+			placed[i] = true
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
 				data := r.blk.RawData()
 				if perr[i] = pl.f.out.writeAt(data, pl.off); perr[i] == nil {
 					ex.refs.place(c, pl.f.out, pl.off, len(data))
 				}
-				placed[i] = true
-				continue
-			}
-			blks = append(blks, r.blk)
+			})
 		}
-		var err error
-		if len(blks) > 0 {
-			err = ex.bstore.PutMany(ex.ctx, blks)
+		for _, i := range toStore {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				perr[i] = ex.bstore.Put(ex.ctx, batch[i].blk)
+			})
 		}
+		wg.Wait()
 		var stored []blocks.Block
 		for i, r := range batch {
-			if (placed[i] && perr[i] == nil) || (!placed[i] && err == nil) {
+			if perr[i] == nil {
 				stored = append(stored, r.blk)
 			}
 		}
@@ -336,12 +350,8 @@ func (ex *exchange) writer() {
 			if c.Type() == cid.DagProtobuf {
 				ev.data = r.blk.RawData() // inner nodes are small; the fetch decodes them
 			}
-			ferr := err
-			if placed[i] {
-				ferr = perr[i]
-			}
-			if ferr != nil {
-				ev.kind, ev.err = evStoreFailed, fmt.Errorf("storing block %s: %w", c, ferr)
+			if perr[i] != nil {
+				ev.kind, ev.err = evStoreFailed, fmt.Errorf("storing block %s: %w", c, perr[i])
 			}
 			ex.postAll(c, ev)
 		}

@@ -4,7 +4,7 @@
 # receiver each time), and print the times, the receivers' CPU and the
 # ratios. Issue 29, item 1.
 #
-#   scripts/fetch-compare.sh [-s MIB] [-r ROUNDS] [-w WORKDIR] [-k] [--no-kubo]
+#   scripts/fetch-compare.sh [-s MIB] [-r ROUNDS] [-w WORKDIR] [-k] [--no-kubo] [-b OLD_REPRONET]
 #
 # Paths, each round in this order:
 #   http        busybox httpd -> curl -o FILE; openssl dgst -sha256 FILE; sync FILE
@@ -12,6 +12,8 @@
 #   kubo-get    Kubo (fresh repo and daemon) `ipfs get CID -o FILE`
 #   rn-store    repronet capsule get -o /dev/null (into the store only)
 #   rn-file     repronet capsule get -o FILE (what the issue is about)
+#   old-file    with -b: the same with another repronet binary (e.g. built
+#               from an earlier commit), for before/after in one run
 # Wall time of the receiving command(s) only: daemons are started and
 # connected before the clock starts; repronet's time includes its process
 # start (it has no daemon). CPU is user+sys of the receiving processes
@@ -30,6 +32,7 @@ ROUNDS=4
 WORK=/tmp/fetch-compare
 KEEP=0
 KUBO=1
+OLD=
 KUBO_VERSION=${KUBO_VERSION:-v0.39.0}
 KUBO_GO=${KUBO_GO:-go1.25.4} # Kubo v0.39's dependencies do not build with Go 1.26
 while [ $# -gt 0 ]; do
@@ -39,7 +42,8 @@ while [ $# -gt 0 ]; do
 	-w) WORK=$2; shift 2 ;;
 	-k) KEEP=1; shift ;;
 	--no-kubo) KUBO=0; shift ;;
-	*) echo "usage: $0 [-s MIB] [-r ROUNDS] [-w WORKDIR] [-k] [--no-kubo]" >&2; exit 2 ;;
+	-b) OLD=$2; shift 2 ;;
+	*) echo "usage: $0 [-s MIB] [-r ROUNDS] [-w WORKDIR] [-k] [--no-kubo] [-b OLD_REPRONET]" >&2; exit 2 ;;
 	esac
 done
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -139,10 +143,10 @@ run_http() {
 	[ "$(cut -d' ' -f1 "$WORK/recv/http.sha")" = "$SHA" ] || { echo "http: wrong sha256" >&2; exit 1; }
 	echo "$(echo "$t1 - $t0" | bc) $(echo "$s" | awk '{print $1+$2}')"
 }
-run_rn() { # $1: output (/dev/null or a file)
+run_rn() { # $1: output (/dev/null or a file); $2: binary (default $RN)
 	local t0 t1 s
 	t0=$(clk)
-	s=$( { TIMEFORMAT='%U %S'; time "$RN" capsule get --data "$WORK/recv/rn" --peer "$RADDR" "$CID" -o "$1" 2>"$WORK/recv/rn.log"; } 2>&1 )
+	s=$( { TIMEFORMAT='%U %S'; time "${2:-$RN}" capsule get --data "$WORK/recv/rn" --peer "$RADDR" "$CID" -o "$1" 2>"$WORK/recv/rn.log"; } 2>&1 )
 	t1=$(clk)
 	echo "$(echo "$t1 - $t0" | bc) $(echo "$s" | awk '{print $1+$2}')"
 }
@@ -155,9 +159,9 @@ run_kubo() { # $1: pin or get
 	c0=$(pcpu "$pid")
 	t0=$(clk)
 	if [ "$1" = pin ]; then
-		"$IPFS" pin add -q "$CID" >/dev/null
+		"$IPFS" pin add "$CID" >/dev/null || { echo "kubo pin add failed" >&2; exit 1; }
 	else
-		"$IPFS" get -o "$WORK/recv/kubo.bin" "$CID" >/dev/null 2>&1
+		"$IPFS" get -o "$WORK/recv/kubo.bin" "$CID" >/dev/null 2>&1 || { echo "kubo get failed" >&2; exit 1; }
 	fi
 	t1=$(clk)
 	c1=$(pcpu "$pid")
@@ -168,6 +172,7 @@ run_kubo() { # $1: pin or get
 
 PATHS=(http rn-file rn-store)
 [ "$KUBO" = 1 ] && PATHS=(http kubo-pin rn-file kubo-get rn-store)
+[ -n "$OLD" ] && PATHS+=(old-file)
 echo "== $MIB MiB, $ROUNDS rounds, CID $CID; load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf "%-6s %-9s %8s %8s\n" round path wall_s cpu_s
 for r in $(seq "$ROUNDS"); do
@@ -179,6 +184,7 @@ for r in $(seq "$ROUNDS"); do
 		rn-file) res=$(run_rn "$WORK/recv/rn.bin")
 			[ "$(openssl dgst -sha256 -r "$WORK/recv/rn.bin" | cut -d' ' -f1)" = "$SHA" ] || { echo "rn-file: wrong sha256" >&2; exit 1; } ;;
 		rn-store) res=$(run_rn /dev/null) ;;
+		old-file) res=$(run_rn "$WORK/recv/rn.bin" "$OLD") ;;
 		kubo-pin) res=$(run_kubo pin) ;;
 		kubo-get) res=$(run_kubo get) ;;
 		esac
@@ -196,7 +202,7 @@ for p in "${PATHS[@]}"; do
 done
 ratio() { echo "scale=3; $(echo "${T[$1]}" | med) / $(echo "${T[$2]}" | med)" | bc; }
 echo "== speed ratios (>1: repronet faster); per round, then of the medians"
-for base in http kubo-pin; do
+for base in http kubo-pin old-file; do
 	[ -n "${T[$base]:-}" ] || continue
 	per=""
 	b=(${T[$base]}); f=(${T[rn-file]})
