@@ -260,10 +260,17 @@ func BenchmarkFetchToFile(b *testing.B) {
 			// repronet: WriteTo, then Fetch into the store, fresh fetchers.
 			for i, how := range []string{"getfile %s out.bin %s", "fetch %s %s"} {
 				f := startHelper(b, "fetcher", "/ip4/127.0.0.1/tcp/0", "", nil)
+				prof := os.Getenv("CS_BENCH_PROFILE")
+				if prof != "" {
+					f.call(nil, "prof-start %s.tofile.%d.%d", prof, i, round)
+				}
 				c0 := cpuOf(f)
 				var r fetchResult
 				f.call(&r, how, info.CID, seed.addrOn("127.0.0.1"))
 				c1 := cpuOf(f)
+				if prof != "" {
+					f.call(nil, "prof-stop")
+				}
 				if i == 0 {
 					var sum struct {
 						SHA256 string `json:"sha256"`
