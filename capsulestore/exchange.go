@@ -310,6 +310,9 @@ func (ex *exchange) writer() {
 			c := r.blk.Cid()
 			ex.mu.Lock()
 			pl, ok := ex.place[c]
+			// A leaf another fetch waits for too goes into the store:
+			// that fetch must not depend on this one's file.
+			ok = ok && len(ex.wanted[c]) == 1
 			ex.mu.Unlock()
 			if !ok || c.Type() != cid.Raw {
 				toStore = append(toStore, i)
