@@ -139,8 +139,9 @@ func (p *placedFile) putBuf(b []byte) {
 	p.mu.Unlock()
 }
 
-// finish truncates the file to size, makes it durable and closes it.
-func (p *placedFile) finish(size int64) error {
+// finish truncates the file to size, sets its mode, makes it durable and
+// closes it.
+func (p *placedFile) finish(size int64, mode os.FileMode) error {
 	if p.direct != nil {
 		if err := p.direct.Close(); err != nil {
 			return err
@@ -150,7 +151,7 @@ func (p *placedFile) finish(size int64) error {
 	if err := p.f.Truncate(size); err != nil {
 		return err
 	}
-	if err := p.f.Chmod(0o644); err != nil {
+	if err := p.f.Chmod(mode); err != nil {
 		return err
 	}
 	if err := p.f.Sync(); err != nil {

@@ -161,6 +161,13 @@ type itemConfig struct {
 	name      string
 	providers []peer.AddrInfo
 	maxSize   int64
+	mode      os.FileMode
+}
+
+// WithMode sets the permissions of the file WriteTo writes (default 0644);
+// it has them before it is renamed into place.
+func WithMode(m os.FileMode) ItemOption {
+	return func(c *itemConfig) { c.mode = m.Perm() }
 }
 
 // WithMaxSize makes Fetch fail with ErrTooLarge, before it fetches more
@@ -599,7 +606,7 @@ func (s *Store) open(ctx context.Context, c cid.Cid, opts ...ItemOption) (uio.Da
 // WriteTo fetches the file c (as Fetch does, with stall detection, progress
 // reports and the providers given) and writes it to path atomically: into a
 // temporary file in the same directory, synced, then renamed over path. The
-// file gets mode 0644.
+// file gets mode 0644 unless WithMode says otherwise.
 //
 // Every byte is written once. Raw leaves that arrive from peers are
 // verified against their CID and written straight into the file, not into
@@ -626,7 +633,11 @@ func (s *Store) WriteTo(ctx context.Context, c cid.Cid, path string, progress fu
 	if err != nil {
 		return err
 	}
-	if err = out.finish(size); err != nil {
+	ic := itemConfig{mode: 0o644}
+	for _, o := range opts {
+		o(&ic)
+	}
+	if err = out.finish(size, ic.mode); err != nil {
 		return fmt.Errorf("capsulestore: write %s to %s: %w", c, path, err)
 	}
 	if err = os.Rename(out.name(), abs); err != nil {

@@ -335,15 +335,10 @@ func capsuleGet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if fi, err := os.Stat(dst.target); err == nil {
 			mode = fi.Mode().Perm()
 		}
-		err = s.WriteTo(ctx, c, dst.target, onProgress, capsulestore.WithProviders(provs...))
+		err = s.WriteTo(ctx, c, dst.target, onProgress, capsulestore.WithProviders(provs...), capsulestore.WithMode(mode))
 		bar.finish()
 		if err != nil {
 			return fmt.Errorf("get %s: %w", c, err)
-		}
-		if mode != 0o644 {
-			if err := os.Chmod(dst.target, mode); err != nil {
-				return fmt.Errorf("get %s: %w", c, err)
-			}
 		}
 	} else {
 		err = s.Fetch(ctx, c, onProgress, capsulestore.WithProviders(provs...))
