@@ -3,6 +3,7 @@ package capsulestore
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,6 +13,10 @@ import (
 	"github.com/ipfs/boxo/bitswap"
 	"github.com/ipfs/boxo/bitswap/network/bsnet"
 	"github.com/ipfs/boxo/blockstore"
+	chunker "github.com/ipfs/boxo/chunker"
+	"github.com/ipfs/boxo/ipld/merkledag"
+	"github.com/ipfs/boxo/ipld/unixfs/importer/balanced"
+	"github.com/ipfs/boxo/ipld/unixfs/importer/helpers"
 	blocks "github.com/ipfs/go-block-format"
 	"github.com/ipfs/go-cid"
 	"github.com/ipfs/go-datastore"
@@ -249,6 +254,70 @@ func TestCorruptBlockRefused(t *testing.T) {
 				}
 			} else {
 				checkFile(t, b.Store, info)
+			}
+		})
+	}
+}
+
+// TestWriteToShapes: WriteTo puts every byte at its offset for DAGs other
+// than the profile's: several levels of small nodes, and Kubo's older
+// layout (CIDv0, dag-pb leaves holding the data, so the bytes come from
+// blocks the store keeps rather than from placed leaves).
+func TestWriteToShapes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	data := randBytes(81, 50_000+17)
+	want := sha256.Sum256(data)
+
+	deep := newTestStore(t, withDAGShape(1000, 3))
+	deepInfo, err := deep.Add(ctx, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	old := newTestStore(t)
+	db, err := (&helpers.DagBuilderParams{
+		Maxlinks:   helpers.DefaultLinksPerBlock,
+		RawLeaves:  false,
+		CidBuilder: merkledag.V0CidPrefix(),
+		Dagserv:    old.dag,
+	}).New(chunker.NewSizeSplitter(bytes.NewReader(data), 4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := balanced.Layout(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for name, c := range map[string]struct {
+		src  *testStore
+		root cid.Cid
+	}{"deep": {deep, deepInfo.CID}, "dag-pb leaves": {old, root.Cid()}} {
+		t.Run(name, func(t *testing.T) {
+			b := newTestStore(t, WithStallTimeout(20*time.Second))
+			connect(t, b.host, c.src.host)
+			out := filepath.Join(t.TempDir(), "out.bin")
+			if err := b.WriteTo(ctx, c.root, out, nil); err != nil {
+				t.Fatalf("WriteTo: %v", err)
+			}
+			got, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(data) || sha256.Sum256(got) != want {
+				t.Fatalf("wrote %d bytes that differ from the %d of the file", len(got), len(data))
+			}
+			// b serves what it placed to a third store.
+			d := newTestStore(t, WithStallTimeout(20*time.Second))
+			connect(t, d.host, b.host)
+			c.src.Close()
+			out2 := filepath.Join(t.TempDir(), "out2.bin")
+			if err := d.WriteTo(ctx, c.root, out2, nil); err != nil {
+				t.Fatalf("WriteTo from the placed copy: %v", err)
+			}
+			if got, _ := os.ReadFile(out2); sha256.Sum256(got) != want {
+				t.Fatal("the copy fetched from the placed file differs")
 			}
 		})
 	}
