@@ -206,8 +206,8 @@ type Decline struct {
 	// (UnadmittedOperator for every unadmitted node): declines vote once
 	// per operator (offer.go undeliverable).
 	Operator string    `json:"operator,omitempty"`
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
+	Reason   string    `json:"reason"`
+	At       time.Time `json:"at"`
 	// Charged: an infrastructure failure charged to its node, once
 	// another node ran the same job (chargeFailures).
 	Charged bool `json:"charged,omitempty"`
