@@ -119,7 +119,8 @@ type Attempt struct {
 	// Assignees lists every node the attempt was given to, in order.
 	Assignees []Assignee `json:"assignees,omitempty"`
 	// Avoid lists nodes not to assign this attempt to again; AvoidUntil
-	// nodes not to assign it to before a time (a lost lease).
+	// nodes not to assign it to before a time (a lost lease), and, under
+	// the key "pool:unadmitted" (poolAvoidKey), every unadmitted node.
 	Avoid        []string             `json:"avoid,omitempty"`
 	AvoidUntil   map[string]time.Time `json:"avoid_until,omitempty"`
 	EnqueuedAt   time.Time            `json:"enqueued_at"`
