@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/repronet/repronet/coordinator/core"
+	"github.com/repronet/repronet/internal/p2phost"
 	"github.com/repronet/repronet/proto"
 )
 
@@ -103,4 +107,79 @@ func TestFreeIdentitiesShareOneAllowance(t *testing.T) {
 	}
 	t.Logf("%d attempts done by the honest node in %v; the ten identities were given %d, held at most %d at once, lost %d leases",
 		len(atts), took.Round(time.Millisecond), given, maxHeld, pool.LeaseLost)
+}
+
+// Half-open streams against a real coordinator, as found live: four peers
+// hold 500 streams each that never negotiate a protocol (before the fix
+// they filled libp2p's transient scope, and an honest 6-attempt
+// evaluation took 61.4 s instead of 1.15 s, its node charged 7 lost
+// leases). An honest node's evaluation beside them runs within twice its
+// time alone (or a second more, the announcements' granularity), and the
+// node loses no lease.
+func TestHalfOpenStreamsSpareTheProtocols(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c := openTestWith(t, t.TempDir(), func(cfg *Config) {
+		cfg.ScheduleInterval = 50 * time.Millisecond
+		cfg.LeaseTTL = 2 * time.Second
+		cfg.IdleCanaryEvery = -1
+	})
+	defer c.Close()
+	honest := newWireNode(ctx, t, c, 2)
+	honest.report = func(a *proto.Assignment) *proto.Report { return honest.okReport(a, `{}`) }
+	honest.announce(ctx)
+	honest.announceEvery(ctx, proto.MinAnnounceGap+50*time.Millisecond)
+	run := func(id string) time.Duration {
+		start := time.Now()
+		atts := evaluate(t, c, Evaluation{ID: id, Runs: 2, Replicas: 1})
+		waitUntil(ctx, t, id+" done", func() bool {
+			done := 0
+			for _, a := range c.Attempts() {
+				if a.Eval == id && a.State == StateDone {
+					done++
+				}
+			}
+			return done == len(atts)
+		})
+		return time.Since(start)
+	}
+	run("ev-warm")
+	alone := run("ev-alone")
+
+	target := peer.AddrInfo{ID: c.ID(), Addrs: c.Host().Addrs()}
+	const attackers, each = 4, 500
+	for range attackers {
+		h := connectedHost(ctx, t, target, libp2p.ResourceManager(&network.NullResourceManager{}))
+		go func() {
+			// Hold 500, and open new ones as the coordinator ends them.
+			for ctx.Err() == nil {
+				conns := h.Network().ConnsToPeer(c.ID())
+				if len(conns) == 0 {
+					return
+				}
+				for range each - len(conns[0].GetStreams()) {
+					h.Network().NewStream(network.WithNoDial(ctx, "half-open"), c.ID())
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	inNegotiation := 0
+	c.Host().Network().ResourceManager().ViewTransient(func(s network.ResourceScope) error {
+		inNegotiation = s.Stat().NumStreamsInbound
+		return nil
+	})
+	if inNegotiation < attackers*p2phost.TransientPerPeer/2 {
+		t.Fatalf("only %d streams in negotiation at the coordinator: the attack is not on", inNegotiation)
+	}
+	attacked := run("ev-attacked")
+	t.Logf("6 attempts: %v alone, %v beside %d peers holding %d streams in negotiation", alone.Round(time.Millisecond),
+		attacked.Round(time.Millisecond), attackers, inNegotiation)
+	if attacked > max(2*alone, alone+time.Second) {
+		t.Fatalf("beside half-open streams the evaluation took %v, %v alone", attacked, alone)
+	}
+	if r := record(c, honest.id().String()); r.LeaseLost != 0 {
+		t.Fatalf("the honest node lost %d leases", r.LeaseLost)
+	}
 }
