@@ -128,6 +128,8 @@ func (s *State) Step(now time.Time, ev Event) Effects {
 		s.offerAnswered(e)
 	case Renewal:
 		s.renewal(e)
+	case HandBack:
+		s.handBack(e)
 	case ReportArrived:
 		s.reportArrived(e)
 	case Scored:
