@@ -25,15 +25,18 @@ import (
 //   - a peer that left SuspectAfter streams un-negotiated within
 //     SuspectFor (their negotiation timed out, or they were reset first)
 //     may hold only TransientSuspect of them until it stops;
+//   - once TransientPressure inbound streams are in negotiation host-wide,
+//     every peer may hold only TransientSuspect more (so filling the host
+//     takes hundreds of peers, each a connection, not a few);
 //   - host-wide, TransientStreams inbound streams (and as many outbound)
-//     may be in negotiation: far more than the peers' shares of a few
-//     attackers add up to.
+//     may be in negotiation.
 const (
-	TransientPerPeer = 256
-	TransientSuspect = 8
-	SuspectAfter     = 8
-	SuspectFor       = time.Minute
-	TransientStreams = 4096
+	TransientPerPeer  = 256
+	TransientSuspect  = 8
+	SuspectAfter      = 8
+	SuspectFor        = time.Minute
+	TransientStreams  = 4096
+	TransientPressure = TransientStreams / 2
 )
 
 // transientGuard is a resource manager that bounds each peer's inbound
@@ -41,12 +44,14 @@ const (
 // the wrapped manager's.
 type transientGuard struct {
 	network.ResourceManager
-	perPeer, suspect, suspectAfter int
-	suspectFor                     time.Duration
-	now                            func() time.Time
+	perPeer, suspect, suspectAfter, pressure int
+	suspectFor                               time.Duration
+	now                                      func() time.Time
 
 	mu    sync.Mutex
 	peers map[peer.ID]*halfOpen
+	// open counts the inbound streams in negotiation, all peers together.
+	open int
 }
 
 // halfOpen is what the guard knows of one peer.
@@ -58,7 +63,7 @@ type halfOpen struct {
 
 func newTransientGuard(inner network.ResourceManager, now func() time.Time) *transientGuard {
 	return &transientGuard{ResourceManager: inner, perPeer: TransientPerPeer, suspect: TransientSuspect,
-		suspectAfter: SuspectAfter, suspectFor: SuspectFor, now: now, peers: map[peer.ID]*halfOpen{}}
+		suspectAfter: SuspectAfter, pressure: TransientPressure, suspectFor: SuspectFor, now: now, peers: map[peer.ID]*halfOpen{}}
 }
 
 // ErrTransientPeer is the error a stream over its peer's share of the
@@ -85,7 +90,7 @@ func (g *transientGuard) OpenStream(p peer.ID, dir network.Direction) (network.S
 		h.abandoned = 0
 	}
 	limit := g.perPeer
-	if h.abandoned >= g.suspectAfter {
+	if h.abandoned >= g.suspectAfter || g.open >= g.pressure {
 		limit = g.suspect
 	}
 	if h.open >= limit {
@@ -93,6 +98,7 @@ func (g *transientGuard) OpenStream(p peer.ID, dir network.Direction) (network.S
 		return nil, fmt.Errorf("stream from %s (%d in negotiation, max %d): %w", p, h.open, limit, ErrTransientPeer)
 	}
 	h.open++
+	g.open++
 	g.mu.Unlock()
 	scope, err := g.ResourceManager.OpenStream(p, dir)
 	if err != nil {
@@ -122,6 +128,7 @@ func (g *transientGuard) release(p peer.ID, abandoned bool) {
 		return
 	}
 	h.open--
+	g.open--
 	if abandoned {
 		h.abandoned++
 		h.last = g.now()

@@ -2,6 +2,7 @@ package p2phost
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sync"
 	"testing"
@@ -184,5 +185,27 @@ func TestTransientGuardShares(t *testing.T) {
 	now = now.Add(SuspectFor + time.Second)
 	if got := open(a, 5); len(got) != 2 {
 		t.Fatalf("a minute later: %d more opened, want 2 (share 4 again)", len(got))
+	}
+}
+
+// Under pressure (half the host-wide bound in negotiation) every peer may
+// hold only the suspect's share, so a few peers cannot fill the host.
+func TestTransientGuardPressure(t *testing.T) {
+	g := newTransientGuard(&network.NullResourceManager{}, time.Now)
+	g.perPeer, g.suspect, g.pressure = 4, 2, 6
+	got := map[peer.ID]int{}
+	for _, p := range []peer.ID{"a", "b", "c"} {
+		for range 10 {
+			if _, err := g.OpenStream(p, network.DirInbound); err != nil {
+				if !errors.Is(err, network.ErrResourceLimitExceeded) {
+					t.Fatalf("refusal %v does not say a limit was reached", err)
+				}
+				break
+			}
+			got[p]++
+		}
+	}
+	if got["a"] != 4 || got["b"] != 2 || got["c"] != 2 {
+		t.Fatalf("streams in negotiation per peer %v; want a its share (4), then b and c 2 each under pressure", got)
 	}
 }
