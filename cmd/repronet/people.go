@@ -253,7 +253,8 @@ func stamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04")
 }
 
-const agentUsage = `agent push NAME OCI_TARBALL [--model M] [--deterministic] [--not-replayable] | agent ls`
+const agentUsage = `agent push NAME OCI_TARBALL [--model M] [--deterministic] [--not-replayable] | agent ls
+       ` + agentBuildSynopsis
 
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var model string
@@ -293,6 +294,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stdout, "agent %s pushed for group %s: %d bytes, sha256 %s, cid %s\n", ag.Name, ag.Group, ag.Size, ag.SHA256, ag.CID)
 			return nil
 		},
+		"build": func(args []string) error { return runAgentBuild(ctx, args, stdout, stderr) },
 		"ls": func(args []string) error {
 			c, f, _, err := peopleFlags("agent ls", "agent ls", args, 0, stderr, nil)
 			if err != nil {
