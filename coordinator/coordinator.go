@@ -476,6 +476,7 @@ func (c *Coordinator) restore(ctx context.Context) error {
 	load(core.PipelinesKey, appendJSON(&snap.Pipelines))
 	load(core.ReprosKey, appendJSON(&snap.Repros))
 	load(core.AdmittedKey, appendJSON(&snap.Admitted))
+	load(core.PoolsKey, appendJSON(&snap.Pools))
 	load(core.WorksKey, appendJSON(&snap.Works))
 	load(core.BookNodesKey, appendJSON(&snap.BookNodes))
 	var tokens []JoinToken

@@ -96,3 +96,55 @@ func TestIngestFullDisk(t *testing.T) {
 		}
 	}
 }
+
+// TestFullDiskChargesNoLease, as found live: while the coordinator's disk
+// is full an honest node that finished its work retries its report (each
+// answered "retry") and renews nothing. Far past the lease's TTL nothing
+// is charged to it: no lease is lost while the coordinator cannot write,
+// and once space returns its report counts, with its allowance and
+// cross-check record untouched.
+func TestFullDiskChargesNoLease(t *testing.T) {
+	dir := diskguardtest.SmallFS(t, badgerds.DefaultReserve+64<<20)
+	ctx := context.Background()
+	const ttl = time.Second
+	c := openTestWith(t, dir, func(cfg *Config) {
+		cfg.LeaseTTL = ttl
+		cfg.ScheduleInterval = 50 * time.Millisecond
+	})
+	defer func() { c.Close() }()
+	atts := evaluate(t, c, Evaluation{ID: "ev-full-lease"})
+	n := newTestNode(t)
+	a := atts[0].ID
+	assign(t, c, a, n)
+	env := seal(t, c, n, a, proto.Outcome_OUTCOME_OK, `{}`)
+	allowance := c.cfg.Allowance.Limit(record(c, n.id.String()).Allowance, time.Now())
+
+	ballast := diskguardtest.Fill(t, dir, 0)
+	for end := time.Now().Add(4 * ttl); time.Now().Before(end); time.Sleep(ttl / 4) {
+		if ack := c.Ingest(ctx, env); !ack.GetRetry() || ack.GetAccepted() {
+			t.Fatalf("report on a full disk: %v; want retry", ack)
+		}
+		if st := state(t, c, a); st.State != StateAssigned || st.LeaseLosses != 0 {
+			t.Fatalf("while the disk is full the attempt is %s with %d lost leases (%q)", st.State, st.LeaseLosses, st.Detail)
+		}
+	}
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	if ack := c.Ingest(ctx, env); !ack.GetAccepted() || ack.GetLate() {
+		t.Fatalf("report once space returned: %v", ack)
+	}
+	rec := record(c, n.id.String())
+	if rec.LeaseLost != 0 || c.cfg.Allowance.Limit(rec.Allowance, time.Now()) < allowance {
+		t.Fatalf("node record after the coordinator's full disk: %+v (allowance was %d); want nothing charged", rec, allowance)
+	}
+	c.mu.Lock()
+	bn := c.state.Book.Nodes[n.id.String()]
+	c.mu.Unlock()
+	if bn != nil && bn.MissedDeadlines != 0 {
+		t.Fatalf("cross-check record: %d missed deadlines", bn.MissedDeadlines)
+	}
+	if st := state(t, c, a); st.ReportedBy != n.id.String() || st.LeaseLosses != 0 {
+		t.Fatalf("attempt after: reported by %q, %d lost leases", st.ReportedBy, st.LeaseLosses)
+	}
+}

@@ -55,6 +55,9 @@ func TestManyNodesBehindOneAddress(t *testing.T) {
 	open := startCoordinator(ctx, t, coordinator.Config{Network: network, ListenAddrs: listen, Logger: log})
 
 	dir := t.TempDir()
+	// The nodes join (each is its own admitted operator): unadmitted
+	// nodes would share one allowance (docs/security.md, free identities).
+	tokenFile := joinTokenFile(t)
 	procs := make([]*exec.Cmd, nodes)
 	defer stopAll(t, procs, dir)
 	for i := range nodes {
@@ -66,7 +69,8 @@ func TestManyNodesBehindOneAddress(t *testing.T) {
 			"--data", filepath.Join(dir, fmt.Sprintf("node%02d", i)), "--network", network,
 			"--coordinator", open.Addrs()[0].String(), "--coordinator", limited.Addrs()[0].String(),
 			"--slots", "1", "--disk-default", "128M", "--containerd", d.Socket,
-			"--namespace", fmt.Sprintf("repronet-e2e-manynat-%02d", i), "--base-image", baseImages(t)[0])
+			"--namespace", fmt.Sprintf("repronet-e2e-manynat-%02d", i), "--base-image", baseImages(t)[0],
+			"--join-token-file", tokenFile)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		err = cmd.Start()

@@ -281,6 +281,10 @@ func (h *harness) snapshot() Snapshot {
 			var a Admitted
 			dec(k, &a)
 			snap.Admitted = append(snap.Admitted, a)
+		case strings.HasPrefix(k, PoolsKey+"/"):
+			var p PoolRecord
+			dec(k, &p)
+			snap.Pools = append(snap.Pools, p)
 		case strings.HasPrefix(k, WorksKey+"/"):
 			var w crosscheck.Attempt
 			dec(k, &w)

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -79,7 +80,7 @@ func (s *State) offerAnswered(e OfferAnswered) {
 		rec := s.record(a.Node)
 		rec.Declined++
 		s.persistRecord(rec)
-		a.Declines = append(a.Declines, Decline{Node: a.Node, Reason: clipReason(e.Reason), At: s.now})
+		a.Declines = append(a.Declines, Decline{Node: a.Node, Operator: a.Operator, Reason: clipReason(e.Reason), At: s.now})
 		a.keepOff(a.Node)
 		if why, ok := s.undeliverable(a); ok {
 			s.giveUp(a, OutcomeDeclined, why)
@@ -108,15 +109,18 @@ func clipReason(s string) string {
 }
 
 // undeliverable decides whether attempt a, just declined, can still find
-// a node: it cannot when MaxDeclines distinct nodes declined it, or when
+// a node: it cannot when nodes of MaxDeclines distinct operators declined
+// it (an operator's nodes vote once, and so do all unadmitted nodes
+// together: peer IDs are free), or when
 // no node in view that could run it (stuck.go: serving this coordinator,
 // its suite and its group, with a slot of its shape and its GPUs, not
 // quarantined) is left that has not declined, failed or must avoid it.
 // It returns the reason, with what the nodes said.
 func (s *State) undeliverable(a *Attempt) (string, bool) {
-	declined := map[string]string{}
+	declined, voters := map[string]string{}, map[string]bool{}
 	for _, d := range a.Declines {
 		declined[d.Node] = d.Reason
+		voters[cmp.Or(d.Operator, d.Node)] = true
 	}
 	reasons := func() string {
 		var out []string
@@ -125,8 +129,12 @@ func (s *State) undeliverable(a *Attempt) (string, bool) {
 		}
 		return strings.Join(out, "; ")
 	}
-	if len(declined) >= s.cfg.MaxDeclines {
-		return fmt.Sprintf("declined by %d nodes (max %d): %s", len(declined), s.cfg.MaxDeclines, reasons()), true
+	if len(voters) >= s.cfg.MaxDeclines {
+		if len(voters) == len(declined) {
+			return fmt.Sprintf("declined by %d nodes (max %d): %s", len(declined), s.cfg.MaxDeclines, reasons()), true
+		}
+		return fmt.Sprintf("declined by %d nodes of %d operators (max %d): %s", len(declined), len(voters), s.cfg.MaxDeclines,
+			reasons()), true
 	}
 	if w := s.newFitter(s.now).waiting(a); w.Open > 0 {
 		return "", false // a node that may still take it
@@ -203,13 +211,20 @@ func (s *State) requeue(a *Attempt, kind requeueKind, why string) {
 			a.AvoidUntil = make(map[string]time.Time)
 		}
 		a.AvoidUntil[node] = s.now.Add(s.cfg.AvoidAfterLeaseLoss)
+		if p := s.poolOf(node); p != "" {
+			// Every node of its pool keeps off it as this one does, and
+			// their losses count as one towards MaxLeaseLosses.
+			a.UnadmittedLosses++
+			a.AvoidUntil[poolAvoidKey(p)] = s.now.Add(s.cfg.AvoidAfterLeaseLoss)
+			s.poolLeaseLost(node)
+		}
 		rec := s.record(node)
 		rec.LeaseLost++
 		rec.ConsecutiveOK = 0
 		rec.Allowance = s.cfg.Allowance.LeaseLost(rec.Allowance)
 		s.persistRecord(rec)
-		if a.LeaseLosses >= s.cfg.MaxLeaseLosses {
-			s.failAttempt(a, fmt.Sprintf("gave up after %d lost leases: %s", a.LeaseLosses, why))
+		if n := a.countedLosses(); n >= s.cfg.MaxLeaseLosses {
+			s.failAttempt(a, fmt.Sprintf("gave up after %d lost leases: %s", n, why))
 			return
 		}
 	case requeueInfra:

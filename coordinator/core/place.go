@@ -13,7 +13,9 @@ import (
 // long silent forgotten, queued attempts placed on the nodes in view
 // (and idle nodes perhaps given a canary). Connected says which nodes'
 // connections are up (nil: leave as they are); Writable false holds all
-// placement (the data folder is full: a placement could not be recorded).
+// placement (the data folder is full: a placement could not be recorded)
+// and keeps every lease alive (holdLeases: no node is charged for the
+// coordinator's trouble).
 type Tick struct {
 	Connected map[string]bool
 	Writable  bool
@@ -27,12 +29,17 @@ func (s *State) tick(e Tick) {
 			n.Connected = up
 		}
 	}
+	if !e.Writable {
+		s.holdLeases()
+	}
 	s.expireLeases()
 	s.pruneNodes()
 	if !e.Writable || (len(s.Queue) == 0 && s.cfg.IdleCanaryEvery < 0) {
 		return
 	}
 	s.checkStuck()
+	s.poolRooms()
+	defer func() { s.room = nil }()
 	views := s.nodeViews()
 	if len(views) == 0 {
 		return
@@ -61,7 +68,8 @@ func (s *State) expireLeases() {
 // are its total less what other coordinators hold there (as it last
 // announced) less what this one holds (its own lease count, or the node's
 // count when higher), and never more than its allowance (what it has shown
-// it finishes) less what it holds.
+// it finishes) less what it holds, nor more than its pool's room
+// (pool.go: every unadmitted node shares one allowance).
 func (s *State) nodeViews() []schedule.NodeView {
 	var views []schedule.NodeView
 	for _, id := range sortedKeys(s.Nodes) {
@@ -76,7 +84,11 @@ func (s *State) nodeViews() []schedule.NodeView {
 		if r := s.Records[id]; r != nil {
 			limit, rel = s.cfg.Allowance.Limit(r.Allowance, s.now), r.Reliability()
 		}
-		if free = min(free, limit-held); free <= 0 {
+		free = min(free, limit-held)
+		if room := s.roomFor(id); room >= 0 {
+			free = min(free, room)
+		}
+		if free <= 0 {
 			continue
 		}
 		views = append(views, schedule.NodeView{ID: id, Operator: n.Operator, FreeSlots: free, Suites: n.Suites, Groups: n.Groups,
@@ -101,11 +113,16 @@ func (s *State) scheduleInput(views []schedule.NodeView) schedule.ScheduleInput 
 	in := schedule.ScheduleInput{Nodes: views, Groups: make(map[string]schedule.GroupShare),
 		UnitNodes: make(map[string][]string), UnitOperators: make(map[string][]string)}
 	in.Pending = make([]schedule.Pending, 0, len(s.Queue))
+	viewIDs := make([]string, len(views))
+	for i := range views {
+		viewIDs[i] = views[i].ID
+	}
 	for _, id := range s.Queue {
 		a := s.Attempts[id]
 		key := a.spreadKey()
 		in.Pending = append(in.Pending, schedule.Pending{AttemptID: id, Unit: key, CapsuleCID: s.firstInput(a),
-			Suite: a.Suite, Group: a.Group, Priority: a.Priority, Seq: a.Seq, Avoid: a.avoids(s.now), Needs: a.Needs, GPUs: a.GPUs})
+			Suite: a.Suite, Group: a.Group, Priority: a.Priority, Seq: a.Seq, Avoid: s.poolAvoids(a, a.avoids(s.now), viewIDs),
+			Needs: a.Needs, GPUs: a.GPUs})
 		if key == "" {
 			continue
 		}
@@ -171,6 +188,13 @@ func (s *State) place(views []schedule.NodeView) {
 	}
 	placed := make(map[string]bool, len(placements))
 	for _, p := range placements {
+		if s.roomFor(p.Node) == 0 {
+			// Its pool was given all it may hold this round (the
+			// scheduler saw each of its nodes alone): the attempt waits
+			// for the next round, where other nodes may take it.
+			s.wake()
+			continue
+		}
 		a := s.Attempts[p.AttemptID]
 		if !a.Canary {
 			if ca := s.canaryFor(p.Node, byID[p.Node]); ca != nil {
@@ -179,6 +203,7 @@ func (s *State) place(views []schedule.NodeView) {
 		}
 		if s.placeOn(a, p.Node) {
 			placed[a.ID] = true
+			s.useRoom(p.Node)
 		}
 	}
 	s.dequeue(placed)
@@ -230,8 +255,11 @@ func (s *State) idleCanaries(views []schedule.NodeView) {
 			continue
 		}
 		s.lastJob[v.ID] = s.now
-		if ca := s.canaryFor(v.ID, v); ca != nil {
-			s.placeOn(ca, v.ID)
+		if s.roomFor(v.ID) == 0 {
+			continue
+		}
+		if ca := s.canaryFor(v.ID, v); ca != nil && s.placeOn(ca, v.ID) {
+			s.useRoom(v.ID)
 		}
 	}
 }

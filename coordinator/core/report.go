@@ -169,6 +169,7 @@ func (s *State) reportArrived(e ReportArrived) {
 	rec.ConsecutiveOK++
 	rec.Allowance = s.cfg.Allowance.Completed(rec.Allowance)
 	s.persistRecord(rec)
+	s.poolCompleted(e.Node)
 	s.chargeFailures(a, e.Node)
 	s.persistAttempt(a)
 	s.log.Info("report recorded", "attempt", a.ID, "node", e.Node, "task", a.TaskID, "agent", a.Agent, "level", a.Level,
@@ -199,7 +200,8 @@ func (s *State) outstanding(a *Attempt) bool {
 // one per node and attempt, MaxLateReports per attempt, and per node
 // MaxLateBytes of envelopes (a budget that halves every HalfLife, so an
 // honest node's occasional late reports always fit while a flood is
-// refused). It returns the error a refused report is answered with.
+// refused), one budget for all unadmitted nodes together (pool.go). It
+// returns the error a refused report is answered with.
 func (s *State) recordLate(a *Attempt, e ReportArrived) error {
 	kept := 0
 	for _, l := range a.LateReports {
@@ -211,20 +213,25 @@ func (s *State) recordLate(a *Attempt, e ReportArrived) error {
 		}
 	}
 	rec := s.record(e.Node)
-	switch budget := rec.LateBytes.Value(s.now, s.cfg.HalfLife); {
+	switch budget := s.lateBudget(e.Node, rec); {
 	case kept > 0 || (a.ReportedBy == e.Node && (a.State == StateDone || a.State == StateReported)):
 		return fmt.Errorf("node %s already has a report of this attempt on record; a different one is not kept", e.Node)
 	case len(a.LateReports) >= s.cfg.MaxLateReports:
 		return fmt.Errorf("%d late reports of this attempt are kept already (max %d); not kept", len(a.LateReports), s.cfg.MaxLateReports)
 	case budget+float64(len(e.Envelope)) > float64(s.cfg.MaxLateBytes):
-		return fmt.Errorf("node %s has %.0f bytes of late reports on record within the last %s (max %d); not kept",
-			e.Node, budget, s.cfg.HalfLife, s.cfg.MaxLateBytes)
+		who := "node " + e.Node
+		if p := s.poolOf(e.Node); p != "" {
+			who = "node " + e.Node + " (with every other " + p + " node)"
+		}
+		return fmt.Errorf("%s has %.0f bytes of late reports on record within the last %s (max %d); not kept",
+			who, budget, s.cfg.HalfLife, s.cfg.MaxLateBytes)
 	}
 	s.putRaw(LateReportKey(a.ID, e.Digest), e.Envelope)
 	a.LateReports = append(a.LateReports, LateReport{Node: e.Node, Digest: e.Digest, At: s.now})
 	rec.LateReports++
 	rec.LateBytes = rec.LateBytes.Add(s.now, float64(len(e.Envelope)), s.cfg.HalfLife)
 	s.persistRecord(rec)
+	s.chargeLate(e.Node, len(e.Envelope))
 	s.persistAttempt(a)
 	return nil
 }
@@ -301,5 +308,6 @@ func (s *State) chargeFailures(a *Attempt, node string) {
 		rec.ConsecutiveOK = 0
 		rec.Allowance = s.cfg.Allowance.InfraFailure(rec.Allowance, s.now)
 		s.persistRecord(rec)
+		s.poolInfraFailure(f.Node)
 	}
 }

@@ -225,7 +225,10 @@ type State struct {
 	Pipelines map[string]*Pipeline
 	Repros    map[string]*ReproRecord
 	Admitted  map[string]Admitted
-	Book      *crosscheck.Book
+	// Pools are the records of the nodes that share their bounds
+	// (pool.go: every unadmitted node, as one).
+	Pools map[string]*PoolRecord
+	Book  *crosscheck.Book
 	// canarySources are the units that may be replayed as canaries.
 	canarySources idSet
 	// lastJob is when each node was last given a job (idle canaries).
@@ -238,6 +241,9 @@ type State struct {
 	// lastStuckCheck and nextStuckCheck are when the last checkStuck round
 	// ran and the earliest the next may.
 	lastStuckCheck, nextStuckCheck time.Time
+	// room is what each pool may still be given in the scheduling round
+	// being applied (pool.go).
+	room map[string]int
 
 	// now and fx are the time and the effects of the Step being applied.
 	now time.Time
@@ -263,7 +269,7 @@ func New(cfg Config, catalog Catalog) (*State, error) {
 		Attempts: map[string]*Attempt{}, Units: map[string][]string{}, Leases: lease.NewLeases(cfg.LeaseTTL),
 		Nodes: map[string]*NodeView{}, Records: map[string]*NodeRecord{}, Usage: map[string]schedule.GroupUsage{},
 		Evals: map[string]EvalRecord{}, Pipelines: map[string]*Pipeline{}, Repros: map[string]*ReproRecord{},
-		Admitted: map[string]Admitted{}, Book: book, lastJob: map[string]time.Time{}, holders: map[string]*idSet{},
+		Admitted: map[string]Admitted{}, Pools: map[string]*PoolRecord{}, Book: book, lastJob: map[string]time.Time{}, holders: map[string]*idSet{},
 	}, nil
 }
 
@@ -280,6 +286,7 @@ type Snapshot struct {
 	Pipelines []Pipeline
 	Repros    []ReproRecord
 	Admitted  []Admitted
+	Pools     []PoolRecord
 	Works     []crosscheck.Attempt
 	BookNodes []crosscheck.NodeRecord
 }
@@ -310,6 +317,9 @@ func (s *State) Restore(snap Snapshot, now time.Time) Effects {
 	}
 	for _, a := range snap.Admitted {
 		s.Admitted[a.Operator] = a
+	}
+	for i := range snap.Pools {
+		s.Pools[snap.Pools[i].ID] = &snap.Pools[i]
 	}
 	for i := range snap.Works {
 		w := &snap.Works[i]

@@ -55,6 +55,7 @@ const (
 	ReportsKey   = "/state/reports"
 	LateKey      = "/state/late"
 	AdmittedKey  = "/state/operators"
+	PoolsKey     = "/state/pools"
 	WorksKey     = "/state/xc/works"
 	BookNodesKey = "/state/xc/nodes"
 )
@@ -85,6 +86,7 @@ func (s *State) putRaw(key string, b []byte) {
 
 func (s *State) persistAttempt(a *Attempt)   { s.put(AttemptKey(a.ID), a) }
 func (s *State) persistRecord(r *NodeRecord) { s.put(NodesKey+"/"+r.ID, r) }
+func (s *State) persistPool(p *PoolRecord)   { s.put(PoolsKey+"/"+p.ID, p) }
 func (s *State) persistEval(e EvalRecord)    { s.put(EvalsKey+"/"+e.ID, e) }
 func (s *State) persistPipeline(p *Pipeline) { s.put(PipelinesKey+"/"+p.ID, p) }
 func (s *State) persistRepro(r *ReproRecord) { s.put(ReprosKey+"/"+r.ID, r) }

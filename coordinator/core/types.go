@@ -106,6 +106,11 @@ type Attempt struct {
 	Tries         int `json:"tries"`
 	InfraFailures int `json:"infra_failures,omitempty"`
 	LeaseLosses   int `json:"lease_losses,omitempty"`
+	// UnadmittedLosses counts the lost leases of LeaseLosses that were
+	// lost by unadmitted nodes: all of them together count as one
+	// towards MaxLeaseLosses (countedLosses), as they count as one
+	// operator.
+	UnadmittedLosses int `json:"unadmitted_losses,omitempty"`
 	// ModelFaults counts the assignments whose last model call failed for
 	// the coordinator's reasons (its provider or gateway; bounded by
 	// Config.MaxTries, then the outcome is model_unavailable): charged to
@@ -114,7 +119,8 @@ type Attempt struct {
 	// Assignees lists every node the attempt was given to, in order.
 	Assignees []Assignee `json:"assignees,omitempty"`
 	// Avoid lists nodes not to assign this attempt to again; AvoidUntil
-	// nodes not to assign it to before a time (a lost lease).
+	// nodes not to assign it to before a time (a lost lease), and, under
+	// the key "pool:unadmitted" (poolAvoidKey), every unadmitted node.
 	Avoid        []string             `json:"avoid,omitempty"`
 	AvoidUntil   map[string]time.Time `json:"avoid_until,omitempty"`
 	EnqueuedAt   time.Time            `json:"enqueued_at"`
@@ -196,9 +202,13 @@ type LateReport struct {
 
 // Decline is a node's lasting refusal of an attempt.
 type Decline struct {
-	Node   string    `json:"node"`
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
+	Node string `json:"node"`
+	// Operator is the operator the node counted as when it declined
+	// (UnadmittedOperator for every unadmitted node): declines vote once
+	// per operator (offer.go undeliverable).
+	Operator string    `json:"operator,omitempty"`
+	Reason   string    `json:"reason"`
+	At       time.Time `json:"at"`
 	// Charged: an infrastructure failure charged to its node, once
 	// another node ran the same job (chargeFailures).
 	Charged bool `json:"charged,omitempty"`
@@ -270,6 +280,13 @@ func (a *Attempt) avoids(now time.Time) []string {
 	return out
 }
 
+// countedLosses is the lost leases that count towards MaxLeaseLosses:
+// each one lost by an admitted operator's node, and those lost by
+// unadmitted nodes as one, however many (peer IDs are free).
+func (a *Attempt) countedLosses() int {
+	return a.LeaseLosses - max(0, a.UnadmittedLosses-1)
+}
+
 // pipe is the unit of the leaderboard the attempt belongs to.
 func (a *Attempt) pipe() string {
 	if a.Pipe != "" {
@@ -307,6 +324,26 @@ type NodeRecord struct {
 	// Verify is the node's replay record (verify.Policy sets its replay
 	// rate from it).
 	Verify verify.Record `json:"verify,omitzero"`
+}
+
+// PoolRecord is the durable record of a set of nodes that share the
+// bounds that protect the pool: every unadmitted node (the pool
+// UnadmittedOperator) shares one allowance and one late-report budget,
+// as it counts as one operator. (Peer IDs are free: bounds per peer ID
+// would bound nothing.) Each node's own record is kept as well; an
+// unadmitted node is held by both.
+type PoolRecord struct {
+	ID string `json:"id"`
+	// Allowance bounds the attempts the pool's nodes may hold at once,
+	// all together; it grows and shrinks as a node's does.
+	Allowance lease.Allowance `json:"allowance,omitzero"`
+	// LateBytes is the size of the late reports kept of the pool's nodes
+	// (bounded by Config.MaxLateBytes, all together).
+	LateBytes schedule.Decaying `json:"late_bytes,omitzero"`
+	// Completed and LeaseLost count the pool's reports that counted and
+	// the leases its nodes lost.
+	Completed int `json:"completed,omitempty"`
+	LeaseLost int `json:"lease_lost,omitempty"`
 }
 
 // Reliability estimates the chance the node completes what it accepts:

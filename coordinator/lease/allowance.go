@@ -9,9 +9,12 @@ import "time"
 // attempts), and loses half for each lease it lets run out and each
 // infrastructure failure it reports. After AllowancePolicy.CoolAfter
 // infrastructure failures in a row it gets nothing for a while, twice as
-// long each time, and then one attempt. None of this touches the
+// long each time, and then one attempt. The allowance is apart from the
 // cross-check's record: a node with honest infrastructure trouble loses
-// work, not trust.
+// work, not trust (a lost lease also counts there as a missed deadline,
+// which only makes its work replicated again; an infrastructure failure
+// not at all). The core keeps one Allowance per admitted operator's node
+// and one shared by all unadmitted nodes (peer IDs are free).
 //
 // It is plain data, persisted in the node's record; AllowancePolicy's
 // methods are pure.

@@ -110,6 +110,30 @@ func (l *Leases) Renew(attempt, node string, now time.Time) (Lease, error) {
 	return ls, nil
 }
 
+// Grace makes every lease last at least a full TTL from now, taking its
+// limit along if need be, and returns the leases it changed (in no
+// order). It is for the times the coordinator cannot act on what its
+// nodes send (its disk is full: reports are answered "retry"): a lease
+// must not run out for want of an answer the coordinator could not give,
+// so a node is never charged for the coordinator's own trouble. A limit
+// moves by no more than the time Grace is called for.
+func (l *Leases) Grace(now time.Time) []Lease {
+	var out []Lease
+	until := now.Add(l.ttl)
+	for id, ls := range l.m {
+		if !ls.Deadline.Before(until) {
+			continue
+		}
+		ls.Deadline = until
+		if !ls.Limit.IsZero() && ls.Limit.Before(until) {
+			ls.Limit = until
+		}
+		l.m[id] = ls
+		out = append(out, ls)
+	}
+	return out
+}
+
 // Get returns the lease on attempt, if any.
 func (l *Leases) Get(attempt string) (Lease, bool) {
 	ls, ok := l.m[attempt]

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -129,4 +130,48 @@ func BenchmarkLeaseRenew(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "µs/renewal")
+}
+
+// While the coordinator cannot write, Grace keeps every lease alive a full
+// TTL past each call, its limit included; once it stops being called the
+// leases run out a TTL after the last call, as usual.
+func TestLeaseGrace(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ttl := 10 * time.Second
+	l := NewLeases(ttl)
+	l.Grant("a1", "n1", t0, t0.Add(12*time.Second)) // limit soon
+	l.Grant("a2", "n2", t0, time.Time{})
+	l.Grant("a3", "n3", t0.Add(9*time.Second), time.Time{}) // deadline t0+19s
+	for _, tt := range []struct {
+		at      time.Duration
+		changed []string
+	}{
+		{5 * time.Second, []string{"a1", "a2"}},
+		{25 * time.Second, []string{"a1", "a2", "a3"}}, // every deadline had passed: none expired
+		{26 * time.Second, []string{"a1", "a2", "a3"}},
+	} {
+		now := t0.Add(tt.at)
+		got := l.Grace(now)
+		var ids []string
+		for _, ls := range got {
+			ids = append(ids, ls.AttemptID)
+			if !ls.Deadline.Equal(now.Add(ttl)) || (!ls.Limit.IsZero() && ls.Limit.Before(ls.Deadline)) {
+				t.Fatalf("at +%v: %+v, want a deadline and limit of at least %v", tt.at, ls, now.Add(ttl))
+			}
+		}
+		sort.Strings(ids)
+		if fmt.Sprint(ids) != fmt.Sprint(tt.changed) {
+			t.Fatalf("at +%v: changed %v, want %v", tt.at, ids, tt.changed)
+		}
+		if exp := l.Expire(now); len(exp) != 0 {
+			t.Fatalf("at +%v: %d leases expired during grace", tt.at, len(exp))
+		}
+	}
+	// Renewals work on a lease kept by grace, up to its (moved) limit.
+	if _, err := l.Renew("a1", "n1", t0.Add(30*time.Second)); err != nil {
+		t.Fatalf("renew after grace: %v", err)
+	}
+	if exp := l.Expire(t0.Add(36*time.Second + time.Millisecond)); len(exp) != 3 {
+		t.Fatalf("a TTL after the last grace, %d leases expired, want all 3", len(exp))
+	}
 }

@@ -152,7 +152,9 @@ func WithMaxConnsPerIP(n int) Setting {
 // ResourceManager builds the libp2p resource manager Option gives a host:
 // libp2p's default limits (scaled to the machine's memory and file
 // descriptors, with libp2p's service limits), the stream limits of
-// ProtocolLimits, peerStreams per peer, systemConns per host, and the
+// ProtocolLimits, peerStreams per peer, systemConns per host, the
+// transient (negotiation) scope bounded per peer and host-wide
+// (transient.go: TransientPerPeer, TransientStreams), and the
 // per-address connection limits of WithMaxConnsPerIP; WithMaxPeers raises
 // the host-wide connections to fit its peers.
 func ResourceManager(opts ...Setting) (network.ResourceManager, error) {
@@ -166,6 +168,10 @@ func ResourceManager(opts ...Setting) (network.ResourceManager, error) {
 	libp2p.SetDefaultServiceLimits(&scaling)
 	limits := rcmgr.PartialLimitConfig{
 		System: rcmgr.ResourceLimits{ConnsInbound: conns, ConnsOutbound: conns, Conns: 2 * conns, FD: fdLimit(want)},
+		// Streams in negotiation, host-wide (transient.go bounds each
+		// peer's share).
+		Transient: rcmgr.ResourceLimits{StreamsInbound: TransientStreams, StreamsOutbound: TransientStreams,
+			Streams: 2 * TransientStreams},
 		PeerDefault: rcmgr.ResourceLimits{StreamsInbound: peerStreams, StreamsOutbound: peerStreams,
 			Streams: 2 * peerStreams},
 		Protocol:     map[protocol.ID]rcmgr.ResourceLimits{},
@@ -184,7 +190,7 @@ func ResourceManager(opts ...Setting) (network.ResourceManager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resource manager: %w", err)
 	}
-	return mgr, nil
+	return newTransientGuard(mgr, time.Now), nil
 }
 
 // fdReserve is what a host leaves of the process's file descriptors to

@@ -22,7 +22,9 @@
 // The limits ([ResourceManager], [ProtocolLimits], [WithMaxConnsPerIP]) and
 // the pace ([Paced]) bound what one peer, or a few, can hold: a peer opening
 // many slow streams fills its own share of a protocol and loses each stream
-// within seconds; docs/security.md gives the figures. [ConnManager] and
+// within seconds, and a peer holding streams that never negotiate a
+// protocol fills its own share of the transient scope (transient.go), not
+// everyone's; docs/security.md gives the figures. [ConnManager] and
 // [WithMaxPeers] set how many peers a host keeps connected: libp2p's 192
 // for a node, [CoordinatorMaxPeers] for a coordinator, which every node of
 // its pool stays connected to.
