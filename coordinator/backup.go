@@ -611,3 +611,48 @@ func checkRestored(ctx context.Context, dir string, sum *RestoreSummary, log *sl
 	}
 	return nil
 }
+
+// CheckBackup reads a whole backup from r and checks its structure: the
+// manifest first, its format and schema readable by this binary, and the
+// last entry present with counts that match what came before. It writes
+// nothing.
+func CheckBackup(r io.Reader) (BackupManifest, BackupSummary, error) {
+	var m BackupManifest
+	var got BackupSummary
+	tr := tar.NewReader(r)
+	for i := 0; ; i++ {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return m, got, errors.New("backup: it ends before its last entry (" + backupEnd + "): it was cut short")
+		}
+		if err != nil {
+			return m, got, fmt.Errorf("backup: read: %w", err)
+		}
+		switch {
+		case i == 0:
+			if h.Name != backupManifest || h.Size > 1<<20 {
+				return m, got, fmt.Errorf("backup: not a %s (first entry %q)", BackupFormat, h.Name)
+			}
+			if err := readJSON(tr, h.Size, &m); err != nil {
+				return m, got, fmt.Errorf("backup: manifest: %w", err)
+			}
+			if m.Format != BackupFormat || m.Version != backupFormatVersion {
+				return m, got, fmt.Errorf("backup: format %q version %d; this binary reads %q version %d", m.Format, m.Version, BackupFormat, backupFormatVersion)
+			}
+		case strings.HasPrefix(h.Name, backupBadger):
+			got.BadgerPieces++
+		case strings.HasPrefix(h.Name, backupBlocks):
+			got.Blocks++
+			got.BlockBytes += h.Size
+		case h.Name == backupEnd:
+			var want BackupSummary
+			if err := readJSON(tr, h.Size, &want); err != nil {
+				return m, got, fmt.Errorf("backup: %s: %w", backupEnd, err)
+			}
+			if want.Blocks != got.Blocks || want.BlockBytes != got.BlockBytes || want.BadgerPieces != got.BadgerPieces {
+				return m, got, fmt.Errorf("backup: it says %d blocks and %d record pieces, it holds %d and %d", want.Blocks, want.BadgerPieces, got.Blocks, got.BadgerPieces)
+			}
+			return m, want, nil
+		}
+	}
+}
