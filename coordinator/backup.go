@@ -122,7 +122,9 @@ func (e *NotEmptyError) Error() string {
 
 // Backup writes a backup of the running coordinator to w (see the top of
 // this file): its records as of a moment between two journal commits,
-// then its block files, while it keeps running.
+// after every change made before the call is durable, then its block
+// files, while it keeps running. A full disk (the journal holding
+// changes) fails it.
 func (c *Coordinator) Backup(ctx context.Context, w io.Writer) (BackupSummary, error) {
 	c.mu.Lock()
 	if c.closed {
@@ -135,6 +137,10 @@ func (c *Coordinator) Backup(ctx context.Context, w io.Writer) (BackupSummary, e
 	ds, ok := c.ds.(*badgerds.Datastore)
 	if !ok {
 		return BackupSummary{}, fmt.Errorf("backup: the datastore is a %T, not badger", c.ds)
+	}
+	// Everything changed before the backup was asked for is in it.
+	if err := c.journal.Flush().Wait(ctx); err != nil {
+		return BackupSummary{}, fmt.Errorf("backup: %w", err)
 	}
 	return writeBackup(ctx, w, c.cfg.DataDir, ds, c.journal.Between, c.host.ID().String(), true, c.log)
 }
