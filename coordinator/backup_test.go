@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func readViews(t *testing.T, base, token string) apiViews {
 		}
 		return b
 	}
-	v := apiViews{boards: string(get("/api/leaderboards")), entries: string(get("/api/leaderboard/entries")),
+	v := apiViews{boards: string(get("/api/leaderboards")), entries: sortedEntries(t, get("/api/leaderboard/entries")),
 		evaluations: string(get("/api/evaluations")), attempts: map[string]string{}, states: map[string]AttemptState{},
 		trajectories: map[string]string{}}
 	var atts []json.RawMessage
@@ -62,6 +63,25 @@ func readViews(t *testing.T, base, token string) apiViews {
 		}
 	}
 	return v
+}
+
+// sortedEntries is the board entries in a fixed order: the endpoint
+// leaves entries that tie (runs of one task, say) in any order.
+func sortedEntries(t *testing.T, b []byte) string {
+	var es []json.RawMessage
+	if err := json.Unmarshal(b, &es); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(es))
+	for i, e := range es {
+		var c bytes.Buffer
+		if err := json.Compact(&c, e); err != nil {
+			t.Fatal(err)
+		}
+		out[i] = c.String()
+	}
+	slices.Sort(out)
+	return strings.Join(out, "\n")
 }
 
 // backupOf streams GET /api/backup as the admin.
