@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ipfs/go-datastore"
 
 	"github.com/repronet/repronet/proto"
 )
@@ -300,4 +303,60 @@ func TestRestoreRefuses(t *testing.T) {
 	if !c2.HasSuite(testSuite) {
 		t.Fatal("the restored coordinator lost its suite")
 	}
+}
+
+// BenchmarkBackupRestore times a backup of a stopped coordinator's folder
+// holding the sample suite and N more records of 1 KiB (an attempt's
+// record is 0.5 to 2 KiB), and its restore (docs/backup.md):
+//
+//	go test -run '^$' -bench BackupRestore -benchtime 1x ./coordinator/
+func BenchmarkBackupRestore(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("%drecords", n), func(b *testing.B) {
+			ctx := context.Background()
+			dir := b.TempDir()
+			c := openTestWith(b, dir, nil)
+			rec := bytes.Repeat([]byte("x"), 1024)
+			batch, _ := c.ds.Batch(ctx)
+			for i := range n {
+				_ = batch.Put(ctx, datastoreKey("/state/bench/%08d", i), rec)
+				if i%5000 == 4999 {
+					if err := batch.Commit(ctx); err != nil {
+						b.Fatal(err)
+					}
+					batch, _ = c.ds.Batch(ctx)
+				}
+			}
+			if err := batch.Commit(ctx); err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				path := filepath.Join(b.TempDir(), "backup.tar")
+				out, _ := os.Create(path)
+				sum, err := BackupFolder(ctx, dir, out, testLog(b))
+				out.Close()
+				if err != nil {
+					b.Fatal(err)
+				}
+				took := time.Since(start)
+				in, _ := os.Open(path)
+				start = time.Now()
+				if _, err := Restore(ctx, in, filepath.Join(b.TempDir(), "r"), testLog(b)); err != nil {
+					b.Fatal(err)
+				}
+				in.Close()
+				info, _ := os.Stat(path)
+				b.Logf("%d records (%.1f MiB), %d blocks (%.1f MiB): backup %s, restore %s, file %.1f MiB", sum.Records,
+					float64(sum.RecordBytes)/(1<<20), sum.Blocks, float64(sum.BlockBytes)/(1<<20), took.Round(time.Millisecond),
+					time.Since(start).Round(time.Millisecond), float64(info.Size())/(1<<20))
+			}
+		})
+	}
+}
+
+func datastoreKey(format string, a ...any) datastore.Key {
+	return datastore.NewKey(fmt.Sprintf(format, a...))
 }
