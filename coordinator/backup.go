@@ -541,9 +541,6 @@ func unpack(ctx context.Context, r io.Reader, dir string, sum *RestoreSummary, l
 			if _, err := os.Stat(filepath.Join(dir, identity.FileName)); err != nil {
 				return fmt.Errorf("restore: the backup holds no identity key: %w", err)
 			}
-			if sum.BadgerPieces == 0 {
-				return errors.New("restore: the backup holds no records")
-			}
 			return nil
 		default:
 			return fmt.Errorf("restore: unknown entry %q in the backup", name)

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -359,4 +360,34 @@ func BenchmarkBackupRestore(b *testing.B) {
 
 func datastoreKey(format string, a ...any) datastore.Key {
 	return datastore.NewKey(fmt.Sprintf(format, a...))
+}
+
+// FuzzCheckBackup: a backup file is outside input; reading one never
+// panics, and one it accepts has its manifest first and counts that match.
+func FuzzCheckBackup(f *testing.F) {
+	mk := func(entries ...[2]string) []byte {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		for _, e := range entries {
+			_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: e[0], Mode: 0o600, Size: int64(len(e[1]))})
+			_, _ = tw.Write([]byte(e[1]))
+		}
+		_ = tw.Close()
+		return b.Bytes()
+	}
+	manifest := `{"format":"repronet coordinator backup","version":1,"schema":{"coordinator":1,"capsulestore":1}}`
+	f.Add(mk([2]string{backupManifest, manifest}, [2]string{"identity.key", "k"}, [2]string{"badger/000001", "xx"},
+		[2]string{"blocks/ABC", "block"}, [2]string{backupEnd, `{"badger_pieces":1,"blocks":1,"block_bytes":5}`}))
+	f.Add(mk([2]string{backupManifest, manifest}, [2]string{backupEnd, `{"blocks":3}`}))
+	f.Add(mk([2]string{"identity.key", "k"}))
+	f.Add([]byte("not a tar"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, sum, err := CheckBackup(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		if m.Format != BackupFormat || sum.Blocks < 0 || sum.BlockBytes < 0 {
+			t.Fatalf("accepted %+v %+v", m, sum)
+		}
+	})
 }
