@@ -105,6 +105,11 @@ type BackupSummary struct {
 	Vanished int64 `json:"vanished,omitempty"`
 }
 
+// testHookBackupBegun, when set (tests only), runs once a running
+// coordinator's backup has opened its read transaction, before it reads
+// from it, while the coordinator goes on.
+var testHookBackupBegun func()
+
 // ErrRunning: the data folder is in use by a running coordinator (its
 // badger lock is held); back it up through the coordinator's API.
 var ErrRunning = errors.New("the data folder is in use by a running process")
@@ -142,7 +147,13 @@ func (c *Coordinator) Backup(ctx context.Context, w io.Writer) (BackupSummary, e
 	if err := c.journal.Flush().Wait(ctx); err != nil {
 		return BackupSummary{}, fmt.Errorf("backup: %w", err)
 	}
-	return writeBackup(ctx, w, c.cfg.DataDir, ds, c.journal.Between, c.host.ID().String(), true, c.log)
+	at := func(begin func()) {
+		c.journal.Between(begin)
+		if testHookBackupBegun != nil {
+			testHookBackupBegun()
+		}
+	}
+	return writeBackup(ctx, w, c.cfg.DataDir, ds, at, c.host.ID().String(), true, c.log)
 }
 
 // handleBackup serves GET /api/backup (admin): the backup as a tar stream.
