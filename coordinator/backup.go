@@ -158,19 +158,41 @@ func (c *Coordinator) Backup(ctx context.Context, w io.Writer) (BackupSummary, e
 
 // handleBackup serves GET /api/backup (admin): the backup as a tar stream.
 func (c *Coordinator) handleBackup(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/x-tar")
-	w.Header().Set("Content-Disposition", `attachment; filename="repronet-coordinator-backup.tar"`)
-	w.Header().Set("Cache-Control", "no-store")
 	start := time.Now()
-	sum, err := c.Backup(r.Context(), w)
+	cw := &countingWriter{w: w, header: func() {
+		w.Header().Set("Content-Type", "application/x-tar")
+		w.Header().Set("Content-Disposition", `attachment; filename="repronet-coordinator-backup.tar"`)
+		w.Header().Set("Cache-Control", "no-store")
+	}}
+	sum, err := c.Backup(r.Context(), cw)
 	if err != nil {
-		// The status is sent: the stream ends without its last entry,
-		// which the reader refuses.
 		c.log.Warn("backup failed", "err", err)
+		if cw.n == 0 {
+			writeJSON(w, http.StatusServiceUnavailable, apiError{err.Error()})
+		}
+		// Else the status is sent: the stream ends without its last
+		// entry, which a reader refuses.
 		return
 	}
 	c.log.Info("backup served", "records", sum.Records, "blocks", sum.Blocks,
 		"bytes", sum.RecordBytes+sum.BlockBytes, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// countingWriter counts what goes through it, and calls header before
+// the first write.
+type countingWriter struct {
+	w      io.Writer
+	header func()
+	n      int64
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	if c.n == 0 && c.header != nil {
+		c.header()
+	}
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
 }
 
 // BackupFolder writes a backup of the stopped coordinator's data folder

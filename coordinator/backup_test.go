@@ -306,6 +306,13 @@ func TestRestoreRefuses(t *testing.T) {
 		t.Fatalf("backup of a running coordinator's folder: %v, want ErrRunning", err)
 	}
 	c.Close()
+	// A backup that fails before its first byte is an error status, not
+	// an empty 200.
+	rec := httptest.NewRecorder()
+	c.handleBackup(rec, httptest.NewRequest("GET", "/api/backup", nil))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "closed") {
+		t.Fatalf("backup of a closed coordinator: %d %s", rec.Code, rec.Body.String())
+	}
 	var buf bytes.Buffer
 	sum, err := BackupFolder(ctx, dir, &buf, testLog(t))
 	if err != nil {
