@@ -127,6 +127,7 @@ func (c *Coordinator) apiRoutes(mux *http.ServeMux) {
 	}
 	route("POST /api/operators", admin, adminOnly(c.handleAdmit))
 	route("POST /api/join-tokens", admin, adminOnly(c.handleNewJoinToken))
+	route("GET /api/backup", admin, adminOnly(c.handleBackup))
 	route("POST /api/repro", admin, adminOnly(c.handleReproSubmit))
 	route("GET /api/repro", admin, func(w http.ResponseWriter, r *http.Request, _ accounts.Principal) {
 		writeJSON(w, http.StatusOK, nonNil(c.reproViews(r.Context())))

@@ -60,6 +60,7 @@ import (
 	"github.com/repronet/repronet/internal/identity"
 	"github.com/repronet/repronet/internal/lograte"
 	"github.com/repronet/repronet/internal/p2phost"
+	"github.com/repronet/repronet/internal/schema"
 	"github.com/repronet/repronet/proto"
 	"github.com/repronet/repronet/verify"
 )
@@ -343,6 +344,9 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	cfg.setDefaults()
 	if cfg.DataDir == "" || cfg.Families == nil {
 		return nil, errors.New("coordinator: DataDir and Families are required")
+	}
+	if err := schema.Open(ctx, cfg.DataDir, cfg.Logger, schemaParts()...); err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	key, err := identity.LoadOrCreate(cfg.DataDir)
 	if err != nil {

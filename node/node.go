@@ -50,6 +50,7 @@ import (
 	"github.com/repronet/repronet/internal/diskguard"
 	"github.com/repronet/repronet/internal/identity"
 	"github.com/repronet/repronet/internal/p2phost"
+	"github.com/repronet/repronet/internal/schema"
 	"github.com/repronet/repronet/proto"
 	"github.com/repronet/repronet/sandbox"
 	"github.com/repronet/repronet/sandbox/egress"
@@ -288,6 +289,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("node: coordinator address %q: %w", s, err)
 		}
 		coords = append(coords, *ai)
+	}
+	if err := schema.Open(ctx, cfg.DataDir, cfg.Logger, schemaParts()...); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
 	}
 	key, err := identity.LoadOrCreate(cfg.DataDir)
 	if err != nil {

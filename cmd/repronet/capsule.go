@@ -27,6 +27,7 @@ import (
 	"github.com/repronet/repronet/internal/badgerds"
 	"github.com/repronet/repronet/internal/identity"
 	"github.com/repronet/repronet/internal/p2phost"
+	"github.com/repronet/repronet/internal/schema"
 )
 
 const capsuleUsage = `Usage: repronet capsule <command> [flags] [args]
@@ -186,6 +187,9 @@ type storeNet struct {
 
 func openStore(ctx context.Context, dataDir string, sn storeNet, log *slog.Logger, opts ...capsulestore.Option) (*openedStore, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := schema.Open(ctx, dataDir, log, capsulestore.Schema()); err != nil {
 		return nil, err
 	}
 	ds, err := badgerds.Open(dataDir, log)

@@ -27,6 +27,9 @@ import (
 )
 
 func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && (args[0] == "backup" || args[0] == "restore") {
+		return runCoordinatorBackup(ctx, args, stdout, stderr)
+	}
 	fs := newFlags("coordinator", "coordinator [--config FILE] [flags]", stderr)
 	configPath := fs.String(configFlag, "", "TOML configuration file: any flag by its name (flags given here win), and the model gateway's [[providers]] (name, api: openai, anthropic or gemini, base_url, key_file or key_env), [[models]] (name, provider, upstream, price = {input, output, cached_input, cache_write} in dollars per million tokens, max_output) and [limits]; without providers agents get no model access and evaluations naming models are refused (docs/gateway.md)")
 	dataDir := fs.String("data", defaultDataDir("coordinator"), "data folder: identity key and badger state")

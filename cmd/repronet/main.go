@@ -35,6 +35,7 @@ Commands:
   agent         push an agent image for your group (agent push NAME OCI_TARBALL), list them; build a CLI agent's image (agent build claude-code|codex|gemini-cli -o FILE)
   eval          start an evaluation of your agent, watch it (progress, then the board), list them
   attempt       an attempt's logs, trajectory (model calls) and outputs
+  coordinator backup|restore  back up a coordinator, running or not, to a file; restore one into a new folder
   node status   a running node's slots, attempts, cache and credit (from its --metrics address)
   version       print the version
 

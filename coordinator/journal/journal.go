@@ -71,6 +71,8 @@ type Journal struct {
 	kick    chan struct{}
 	done    chan struct{}
 	stopped bool
+	// commitMu is held from a batch's cut to its commit (see Between).
+	commitMu sync.Mutex
 }
 
 // journalRetry is how often changes held for want of space are tried again.
@@ -238,6 +240,7 @@ func (j *Journal) loop() {
 			retry = time.After(journalRetry) // still full: nothing to try
 			continue
 		}
+		j.commitMu.Lock()
 		if j.swap != nil {
 			j.swap.Lock()
 		}
@@ -252,6 +255,7 @@ func (j *Journal) loop() {
 		}
 
 		err := j.commit(pending, order)
+		j.commitMu.Unlock()
 		if err != nil && diskguard.IsFull(err) && !stopped {
 			j.hold(pending, order, append(held, t), err, poison)
 			retry = time.After(journalRetry)
@@ -338,6 +342,18 @@ func (j *Journal) commit(pending map[datastore.Key][]byte, order []datastore.Key
 		return fmt.Errorf("journal: sync: %w", err)
 	}
 	return nil
+}
+
+// Between calls f at a moment between two batches: every batch cut
+// before it is committed, none is being written. A reader that opens its
+// read transaction in f sees the records of a moment between two of the
+// coordinator's critical sections, never half of a batch (badger may
+// write a large batch as several transactions). f must be quick: commits
+// wait for it.
+func (j *Journal) Between(f func()) {
+	j.commitMu.Lock()
+	defer j.commitMu.Unlock()
+	f()
 }
 
 // close commits what is queued and stops the journal. Changes held for
