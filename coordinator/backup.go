@@ -105,11 +105,6 @@ type BackupSummary struct {
 	Vanished int64 `json:"vanished,omitempty"`
 }
 
-// testHookBackupBegun, when set (tests only), runs once a running
-// coordinator's backup has opened its read transaction, before it reads
-// from it, while the coordinator goes on.
-var testHookBackupBegun func()
-
 // ErrRunning: the data folder is in use by a running coordinator (its
 // badger lock is held); back it up through the coordinator's API.
 var ErrRunning = errors.New("the data folder is in use by a running process")
@@ -149,8 +144,8 @@ func (c *Coordinator) Backup(ctx context.Context, w io.Writer) (BackupSummary, e
 	}
 	at := func(begin func()) {
 		c.journal.Between(begin)
-		if testHookBackupBegun != nil {
-			testHookBackupBegun()
+		if c.backupBegun != nil {
+			c.backupBegun()
 		}
 	}
 	return writeBackup(ctx, w, c.cfg.DataDir, ds, at, c.host.ID().String(), true, c.log)

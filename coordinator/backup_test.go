@@ -196,11 +196,11 @@ func TestBackupUnderLoad(t *testing.T) {
 	// Phase 1: under load. The backup holds its read transaction open for
 	// a while before reading from it, so the load moves the state while the
 	// records are read and the blocks copied.
-	testHookBackupBegun = func() { time.Sleep(700 * time.Millisecond) }
+	f.c.backupBegun = func() { time.Sleep(700 * time.Millisecond) }
 	before := readViews(t, f.srv.URL, f.admin)
 	backup := backupOf(t, f.srv.URL, f.admin)
 	after := readViews(t, f.srv.URL, f.admin)
-	testHookBackupBegun = nil
+	f.c.backupBegun = nil
 	if _, open := unfinished(); open == 0 {
 		t.Fatal("the evaluation finished during the backup: no load to test under")
 	}

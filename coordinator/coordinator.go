@@ -301,6 +301,10 @@ type Coordinator struct {
 	log *slog.Logger
 	// joinLog bounds the lines about refused joins (anyone may ask).
 	joinLog *lograte.Limiter
+	// backupBegun, when set (tests only), runs once a backup has opened
+	// its read transaction, before it reads from it, while the
+	// coordinator goes on.
+	backupBegun func()
 	metrics *prometheus.Registry
 	host    host.Host
 	ds      datastore.Batching
