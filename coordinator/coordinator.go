@@ -305,9 +305,9 @@ type Coordinator struct {
 	// its read transaction, before it reads from it, while the
 	// coordinator goes on.
 	backupBegun func()
-	metrics *prometheus.Registry
-	host    host.Host
-	ds      datastore.Batching
+	metrics     *prometheus.Registry
+	host        host.Host
+	ds          datastore.Batching
 	// disk guards the data folder's free space (every write to ds and to
 	// the block files asks it first).
 	disk    *diskguard.Guard
