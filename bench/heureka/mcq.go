@@ -43,19 +43,44 @@ func ExtractSolution(final string) (string, bool) {
 type MCQGrader string
 
 const (
-	// MCQPublished is the published evaluation (evaluate_agent_answer.py):
-	// the answer, trimmed as a whole, is split on "," and nothing else, so
-	// "B, D" predicts {"B", " D"} and " D" is a wrong letter; an empty
-	// answer predicts {""}.
-	MCQPublished MCQGrader = "heureka-mcq-published@1"
-	// MCQTrimmed splits on "," and trims spaces around each letter,
-	// dropping empty pieces: "B, D" predicts {"B", "D"}; an empty answer
-	// predicts nothing.
+	// MCQPublished is the published evaluation (evaluate_agent_answer.py)
+	// exactly: the answer, trimmed as a whole, is split on "," and nothing
+	// else, so "B, D" predicts {"B", " D"} and " D" is a wrong letter; an
+	// empty answer predicts {""}. An unanswered question counts in the
+	// accuracy (as wrong) and is left out of every other figure: the macro
+	// means are over the answered questions and the micro counts pool
+	// theirs only. (Version 1 counted an unanswered question as 0 in
+	// every figure: repronet's choice, kept in MCQTrimmed.)
+	MCQPublished MCQGrader = "heureka-mcq-published@2"
+	// MCQTrimmed is repronet's own rule: split on "," and trim spaces
+	// around each letter, dropping empty pieces ("B, D" predicts {"B",
+	// "D"}; an empty answer predicts nothing), and an unanswered question
+	// counts in every figure, as wrong with precision and recall 0, so
+	// that not answering never raises a figure.
 	MCQTrimmed MCQGrader = "heureka-mcq-trimmed@1"
 )
 
 // MCQGraders lists the known multiple-choice graders.
 func MCQGraders() []MCQGrader { return []MCQGrader{MCQPublished, MCQTrimmed} }
+
+// Origin says whose rule a grader or scorer is, for a board to show:
+// OriginPublished for the graders that equal the published code,
+// OriginRepronet for repronet's own choices (and for any grader name no
+// longer in use, such as heureka-mcq-published@1, whose figures counted
+// unanswered questions as published code does not).
+func Origin(grader string) string {
+	switch grader {
+	case string(MCQPublished), string(OEQPublished):
+		return OriginPublished
+	}
+	return OriginRepronet
+}
+
+// The two origins Origin names.
+const (
+	OriginPublished = "published code (HeurekaBench evaluate_agent_answer.py)"
+	OriginRepronet  = "repronet's own rule"
+)
 
 // Predicted returns the set of letters an answer predicts under g, sorted.
 func (g MCQGrader) Predicted(answer string) ([]string, error) {
@@ -146,11 +171,13 @@ type MCQMetrics struct {
 	Questions, Answered, Correct int
 	// Accuracy is Correct/Questions.
 	Accuracy float64
-	// Macro metrics are means of the per-question values over every
-	// question (unanswered ones count 0).
+	// Macro metrics are means of the per-question values: over every
+	// question (unanswered ones count 0), or, under MCQPublished, over the
+	// answered ones (0 when none is).
 	MacroPrecision, MacroRecall, MacroF1 float64
-	// Micro metrics pool the counts: precision TP/sum|Predicted| (0 when
-	// nothing was predicted), recall TP/(TP+FN), F1 of the two.
+	// Micro metrics pool the counts (under MCQPublished, of the answered
+	// questions only): precision TP/sum|Predicted| (0 when nothing was
+	// predicted), recall TP/(TP+FN), F1 of the two.
 	TP, FP, FN, Predicted                int
 	MicroPrecision, MicroRecall, MicroF1 float64
 }
@@ -161,12 +188,18 @@ func AggregateMCQ(outcomes []MCQOutcome, g MCQGrader) MCQMetrics {
 	if len(outcomes) == 0 {
 		return m
 	}
+	// The published code leaves a missing prediction out of every figure
+	// but the accuracy.
+	skipUnanswered := g == MCQPublished
 	for _, o := range outcomes {
 		if o.Answered {
 			m.Answered++
 		}
 		if o.Exact {
 			m.Correct++
+		}
+		if skipUnanswered && !o.Answered {
+			continue
 		}
 		m.MacroPrecision += o.Precision
 		m.MacroRecall += o.Recall
@@ -176,11 +209,16 @@ func AggregateMCQ(outcomes []MCQOutcome, g MCQGrader) MCQMetrics {
 		m.FN += o.FN
 		m.Predicted += len(o.Predicted)
 	}
+	m.Accuracy = float64(m.Correct) / float64(len(outcomes))
 	n := float64(len(outcomes))
-	m.Accuracy = float64(m.Correct) / n
-	m.MacroPrecision /= n
-	m.MacroRecall /= n
-	m.MacroF1 /= n
+	if skipUnanswered {
+		n = float64(m.Answered)
+	}
+	if n > 0 {
+		m.MacroPrecision /= n
+		m.MacroRecall /= n
+		m.MacroF1 /= n
+	}
 	if m.Predicted > 0 {
 		m.MicroPrecision = float64(m.TP) / float64(m.Predicted)
 	}
