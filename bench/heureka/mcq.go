@@ -182,6 +182,17 @@ type MCQMetrics struct {
 	MicroPrecision, MicroRecall, MicroF1 float64
 }
 
+// Undefined returns an error when the metrics have no value under the
+// published code: under MCQPublished with questions but none answered,
+// where the published script stops with a StatisticsError (the mean of
+// no F1); the figures are then 0 but stand for nothing.
+func (m MCQMetrics) Undefined() error {
+	if m.Grader == MCQPublished && m.Questions > 0 && m.Answered == 0 {
+		return fmt.Errorf("heureka: %s: none of %d questions answered: the published code has no macro F1 (it stops with a StatisticsError)", m.Grader, m.Questions)
+	}
+	return nil
+}
+
 // AggregateMCQ computes the metrics of outcomes scored under g.
 func AggregateMCQ(outcomes []MCQOutcome, g MCQGrader) MCQMetrics {
 	m := MCQMetrics{Grader: g, Questions: len(outcomes)}
