@@ -105,18 +105,22 @@ func (g MCQGrader) Predicted(answer string) ([]string, error) {
 
 // MCQOutcome is the score of one multiple-choice answer.
 type MCQOutcome struct {
-	ID QuestionID
+	ID QuestionID `json:"id"`
 	// Answered is false when the final message has no <solution>.
-	Answered  bool
-	Answer    string
-	Predicted []string
-	Gold      []string
+	Answered  bool     `json:"answered"`
+	Answer    string   `json:"answer,omitempty"`
+	Predicted []string `json:"predicted"`
+	Gold      []string `json:"gold"`
 	// Exact is Predicted == Gold.
-	Exact      bool
-	TP, FP, FN int
+	Exact bool `json:"exact"`
+	TP    int  `json:"tp"`
+	FP    int  `json:"fp"`
+	FN    int  `json:"fn"`
 	// Precision is TP/|Predicted| (0 when nothing is predicted), Recall
 	// TP/(TP+FN), F1 their harmonic mean (0 when both are 0).
-	Precision, Recall, F1 float64
+	Precision float64 `json:"precision"`
+	Recall    float64 `json:"recall"`
+	F1        float64 `json:"f1"`
 }
 
 // ScoreMCQ scores the agent's final message for one question under g. An
@@ -165,21 +169,30 @@ func f1(p, r float64) float64 {
 
 // MCQMetrics are the published metrics over a set of questions.
 type MCQMetrics struct {
-	Grader MCQGrader
+	Grader MCQGrader `json:"grader"`
 	// Questions counts every question; Answered those with a <solution>;
 	// Correct the exact matches.
-	Questions, Answered, Correct int
+	Questions int `json:"questions"`
+	Answered  int `json:"answered"`
+	Correct   int `json:"correct"`
 	// Accuracy is Correct/Questions.
-	Accuracy float64
+	Accuracy float64 `json:"accuracy"`
 	// Macro metrics are means of the per-question values: over every
 	// question (unanswered ones count 0), or, under MCQPublished, over the
 	// answered ones (0 when none is).
-	MacroPrecision, MacroRecall, MacroF1 float64
+	MacroPrecision float64 `json:"macro_precision"`
+	MacroRecall    float64 `json:"macro_recall"`
+	MacroF1        float64 `json:"macro_f1"`
 	// Micro metrics pool the counts (under MCQPublished, of the answered
 	// questions only): precision TP/sum|Predicted| (0 when nothing was
 	// predicted), recall TP/(TP+FN), F1 of the two.
-	TP, FP, FN, Predicted                int
-	MicroPrecision, MicroRecall, MicroF1 float64
+	TP             int     `json:"tp"`
+	FP             int     `json:"fp"`
+	FN             int     `json:"fn"`
+	Predicted      int     `json:"predicted"`
+	MicroPrecision float64 `json:"micro_precision"`
+	MicroRecall    float64 `json:"micro_recall"`
+	MicroF1        float64 `json:"micro_f1"`
 }
 
 // Undefined returns an error when the metrics have no value under the

@@ -107,8 +107,8 @@ where LABEL is PRESENT, PARTIAL, MISSING or INCORRECT and N is one digit from 1 
 
 // LabelledFact is one line of the judge's facts block.
 type LabelledFact struct {
-	Label FactLabel
-	Fact  string
+	Label FactLabel `json:"label"`
+	Fact  string    `json:"fact"`
 }
 
 // OEQJudgement is a judge's parsed answer.
@@ -259,19 +259,19 @@ const TopK = 3
 
 // OEQScore is the score of one open-ended answer.
 type OEQScore struct {
-	ID     QuestionID
-	Scorer OEQScorer
+	ID     QuestionID `json:"id"`
+	Scorer OEQScorer  `json:"scorer"`
 	// Score is the probability-weighted rating when Weighted, else the
 	// plain Rating.
-	Score    float64
-	Rating   int
-	Weighted bool
+	Score    float64 `json:"score"`
+	Rating   int     `json:"rating"`
+	Weighted bool    `json:"weighted"`
 	// Unanswered is set when the agent gave no <solution>: no judge was
 	// asked; under OEQRatingTokens the score is 1 (the rubric's rating for
 	// an answer that does not answer) and counts in the mean, under
 	// OEQPublished it is 0 and left out of the mean.
-	Unanswered bool
-	Facts      []LabelledFact
+	Unanswered bool           `json:"unanswered,omitempty"`
+	Facts      []LabelledFact `json:"facts,omitempty"`
 }
 
 // UnansweredOEQ is the score of a question the agent did not answer.
@@ -480,16 +480,18 @@ func normalise(logps []float64) []float64 {
 
 // OEQSummary is the mean over open-ended questions scored by one scorer.
 type OEQSummary struct {
-	Scorer    OEQScorer
-	Questions int
+	Scorer    OEQScorer `json:"scorer"`
+	Questions int       `json:"questions"`
 	// Mean is over every question under OEQRatingTokens (unanswered ones
 	// count 1), over the answered ones under OEQPublished (0 when none is).
-	Mean float64
+	Mean float64 `json:"mean"`
 	// Weighted and Plain count how each score was computed, Unanswered the
 	// questions without an answer. Mode is "weighted", "plain"
 	// or "mixed" for the board to show.
-	Weighted, Plain, Unanswered int
-	Mode                        string
+	Weighted   int    `json:"weighted"`
+	Plain      int    `json:"plain"`
+	Unanswered int    `json:"unanswered"`
+	Mode       string `json:"mode"`
 }
 
 // SummariseOEQ averages scores; every score must be by scorer s.
