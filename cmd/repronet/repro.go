@@ -25,8 +25,8 @@ import (
 	"github.com/repronet/repronet/bench/repro"
 )
 
-// Coordinator API of reproducibility checks (submitting needs the admin
-// bearer token).
+// Coordinator API of reproducibility checks (submitting needs a
+// submitter's token, or the admin's).
 const (
 	// reproPath: POST a multipart/form-data body with a "spec" part
 	// (repro.Spec as JSON), optionally an "image" part (the registered
@@ -73,18 +73,26 @@ type apiFlags struct {
 	api, tokenFile *string
 	asJSON         *bool
 	timeout        *time.Duration
+	fs             *flag.FlagSet
 }
 
 func addAPIFlags(fs *flag.FlagSet) apiFlags {
 	return apiFlags{
-		api:       fs.String("api", "http://127.0.0.1:8080", "base URL of the coordinator's HTTP API"),
+		fs:        fs,
+		api:       fs.String("api", "http://127.0.0.1:8080", "base URL of the coordinator's HTTP API (default: $REPRONET_API when set)"),
 		tokenFile: fs.String("token-file", "", "file holding the bearer token for submitting (default: $REPRONET_TOKEN)"),
 		asJSON:    fs.Bool("json", false, "print JSON"),
 		timeout:   fs.Duration("timeout", 10*time.Minute, "HTTP timeout of one request (an upload can be large)"),
 	}
 }
 
+// client is the API client of the parsed flags: --api, else $REPRONET_API,
+// else the local default; --token-file, else $REPRONET_TOKEN. Every
+// command that talks to a coordinator reads the same settings.
 func (f apiFlags) client() (*apiClient, error) {
+	if env := os.Getenv("REPRONET_API"); env != "" && (f.fs == nil || !flagSet(f.fs, "api")) {
+		*f.api = env
+	}
 	token := os.Getenv("REPRONET_TOKEN")
 	if *f.tokenFile != "" {
 		b, err := os.ReadFile(*f.tokenFile)
