@@ -162,7 +162,13 @@ func (p EvaluationPage) Title() string { return "Evaluation " + p.Eval.ID }
 func (p AttemptPage) Title() string    { return "Attempt " + p.Attempt.ID }
 func (NodesPage) Title() string        { return "Nodes and credit" }
 func (ReprosPage) Title() string       { return "Reproducibility checks" }
-func (p ReproPage) Title() string      { return "Reproducibility check " + p.Repro.ID }
+func (p ReproPage) Title() string {
+	t := "Reproducibility check " + p.Repro.ID
+	if p.Repro.CapsuleID != "" {
+		t += " of " + p.Repro.CapsuleID
+	}
+	return t
+}
 func (AgentsPage) Title() string       { return "Agents" }
 func (AccountsPage) Title() string     { return "Accounts" }
 func (LoginPage) Title() string        { return "Sign in" }
