@@ -169,12 +169,12 @@ func (p ReproPage) Title() string {
 	}
 	return t
 }
-func (AgentsPage) Title() string       { return "Agents" }
-func (AccountsPage) Title() string     { return "Accounts" }
-func (LoginPage) Title() string        { return "Sign in" }
-func (p ErrorPage) Title() string      { return http.StatusText(p.Status) }
-func (p EvaluationPage) Refresh() int  { return refreshUnless(p.Eval.Progress.Finished()) }
-func (p AttemptPage) Refresh() int     { return refreshUnless(p.Attempt.IsFinished()) }
+func (AgentsPage) Title() string      { return "Agents" }
+func (AccountsPage) Title() string    { return "Accounts" }
+func (LoginPage) Title() string       { return "Sign in" }
+func (p ErrorPage) Title() string     { return http.StatusText(p.Status) }
+func (p EvaluationPage) Refresh() int { return refreshUnless(p.Eval.Progress.Finished()) }
+func (p AttemptPage) Refresh() int    { return refreshUnless(p.Attempt.IsFinished()) }
 func (p ReproPage) Refresh() int {
 	return refreshUnless(p.Repro.State == "done" || p.Repro.State == "failed")
 }

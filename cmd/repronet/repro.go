@@ -454,7 +454,7 @@ func tarballTopAndFile(p, name string) (string, []byte, error) {
 }
 
 // readCapsuleTarball reads the rule files of a capsule tarball (gzipped
-// or not) holding one top folder capsule-NNNNNNN/; paths are taken below
+// or not) holding one top folder, the capsule's (any safe folder name); paths are taken below
 // that folder. Only regular files are read.
 func readCapsuleTarball(p string, files map[string]bool) (map[string][]byte, error) {
 	out := map[string][]byte{}
