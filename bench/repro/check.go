@@ -333,6 +333,25 @@ type Status struct {
 	// Waiting says why runs wait that no node can run (the coordinator's
 	// words, one line per reason).
 	Waiting []string `json:"waiting,omitempty"`
+	// Capsule names the capsule; Runs are the runs with links to their
+	// pages and logs; FailedBecause says why each failed run failed.
+	Capsule struct {
+		ID    string `json:"id"`
+		Title string `json:"title,omitempty"`
+	} `json:"capsule"`
+	Runs []struct {
+		Run        int    `json:"run"`
+		Attempt    string `json:"attempt,omitempty"`
+		Page       string `json:"page,omitempty"`
+		Logs       string `json:"logs,omitempty"`
+		State      string `json:"state"`
+		Outcome    string `json:"outcome,omitempty"`
+		Failed     bool   `json:"failed,omitempty"`
+		ExitCode   *int32 `json:"exit_code,omitempty"`
+		StderrTail string `json:"stderr_tail,omitempty"`
+		Detail     string `json:"detail,omitempty"`
+	} `json:"runs,omitempty"`
+	FailedBecause []string `json:"failed_because,omitempty"`
 }
 
 // Status states.

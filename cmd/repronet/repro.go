@@ -215,6 +215,29 @@ func printStatus(st repro.Status, asJSON bool, stdout io.Writer) error {
 		return enc.Encode(st)
 	}
 	fmt.Fprint(stdout, statusLine(st))
+	if st.Capsule.ID != "" {
+		fmt.Fprintf(stdout, "capsule %s", st.Capsule.ID)
+		if st.Capsule.Title != "" {
+			fmt.Fprintf(stdout, ": %s", st.Capsule.Title)
+		}
+		fmt.Fprintln(stdout)
+	}
+	for _, r := range st.Runs {
+		fmt.Fprintf(stdout, "  run %d: %s", r.Run, r.State)
+		if r.Outcome != "" {
+			fmt.Fprintf(stdout, ", %s", r.Outcome)
+		}
+		if r.ExitCode != nil {
+			fmt.Fprintf(stdout, ", exit status %d", *r.ExitCode)
+		}
+		if r.Logs != "" {
+			fmt.Fprintf(stdout, "  logs: repronet attempt logs %s", r.Attempt)
+		}
+		fmt.Fprintln(stdout)
+	}
+	for _, why := range st.FailedBecause {
+		fmt.Fprintf(stdout, "failed: %s\n", why)
+	}
 	if st.Error != "" {
 		fmt.Fprintf(stdout, "error: %s\n", st.Error)
 	}

@@ -238,7 +238,9 @@ func TestReproHonoursSettings(t *testing.T) {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"id":"rp-1","state":"running","runs_done":1,"runs_wanted":3}`))
+		w.Write([]byte(`{"id":"rp-1","state":"running","runs_done":1,"runs_wanted":3,"capsule":{"id":"growth-curves","title":"Growth"},
+			"runs":[{"run":1,"attempt":"ah-1","page":"/attempts/ah-1","logs":"/api/attempts/ah-1/logs","state":"done","outcome":"agent_error","failed":true,"exit_code":1}],
+			"failed_because":["run 1: agent_error, exit status 1; stderr ends: No module named 'pandas'"]}`))
 	}))
 	defer srv.Close()
 	t.Setenv("REPRONET_API", srv.URL)
@@ -247,7 +249,13 @@ func TestReproHonoursSettings(t *testing.T) {
 	if err := runRepro(context.Background(), []string{"status", "rp-1"}, &out, &errOut); err != nil {
 		t.Fatalf("status through $REPRONET_API: %v (%s)", err, errOut.String())
 	}
-	if !strings.Contains(out.String(), "running") || len(gotAuth) != 1 || gotAuth[0] != "Bearer rns_from_the_environment" {
+	for _, want := range []string{"running", "capsule growth-curves: Growth", "run 1: done, agent_error, exit status 1  logs: repronet attempt logs ah-1",
+		"failed: run 1: agent_error, exit status 1; stderr ends: No module named 'pandas'"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in\n%s", want, out.String())
+		}
+	}
+	if len(gotAuth) != 1 || gotAuth[0] != "Bearer rns_from_the_environment" {
 		t.Errorf("status: %q, authorization %q", out.String(), gotAuth)
 	}
 	// --api wins over the environment.
