@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/repronet/repronet/bench/repro"
+	"github.com/repronet/repronet/internal/debimage"
 )
 
 // Coordinator API of reproducibility checks (submitting needs a
@@ -43,7 +44,7 @@ type reproService interface {
 	Status(ctx context.Context, id string) (repro.Status, error)
 }
 
-const reproUsage = `repro submit TARBALL [--spec SPEC.json] [--runs K] [--wait] | repro status ID | repro check (--spec SPEC.json [--claimed TARBALL|DIR] | --capsule-id ID) RUN_DIR...`
+const reproUsage = `repro submit TARBALL [--spec SPEC.json] [--runs K] [--wait] | repro status ID | repro check (--spec SPEC.json [--claimed TARBALL|DIR] | --capsule-id ID) RUN_DIR... | repro runtime-image --out FILE`
 
 func runRepro(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
@@ -51,7 +52,8 @@ func runRepro(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"  submit  runs the capsule's own run script K times on distinct nodes and reports which answers reproduce\n"+
 			"          (without --spec: a draft task entry from every number of the runs' results/, to edit)\n"+
 			"  status  shows a submitted check\n"+
-			"  check   builds the report from runs made elsewhere (capsule folders after their run), without a coordinator\n", reproUsage)
+			"  check   builds the report from runs made elsewhere (capsule folders after their run), without a coordinator\n"+
+			"  runtime-image  builds the default environment of capsules without environment/ (Debian 12, Python 3, R), to push as agent \"runtime\"\n", reproUsage)
 		if len(args) == 0 {
 			return errors.New("a subcommand is required")
 		}
@@ -64,8 +66,10 @@ func runRepro(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return reproStatus(ctx, args[1:], stdout, stderr)
 	case "check":
 		return reproCheck(args[1:], stdout, stderr)
+	case "runtime-image":
+		return reproRuntimeImage(ctx, args[1:], stdout, stderr)
 	}
-	return fmt.Errorf("unknown subcommand %q (submit, status, check)", args[0])
+	return fmt.Errorf("unknown subcommand %q (submit, status, check, runtime-image)", args[0])
 }
 
 // apiFlags are the flags of the commands that talk to a coordinator.
@@ -176,6 +180,31 @@ func reproSubmitWith(ctx context.Context, svc reproService, spec repro.Spec, nam
 		case <-time.After(every):
 		}
 	}
+}
+
+// reproRuntimeImage builds the capsules' default environment
+// (repro.RuntimeImageSpec) with debimage: as root, with debootstrap,
+// reaching a Debian mirror the first time (the root file system is cached).
+func reproRuntimeImage(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("repro runtime-image", "repro runtime-image --out FILE [--mirror URL] [--cache DIR]", stderr)
+	out := fs.String("out", "", "the OCI image tarball to write")
+	mirror := fs.String("mirror", debimage.DefaultMirror, "Debian mirror")
+	cache := fs.String("cache", debimage.DefaultCacheDir, "folder keeping the root file system between builds")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" || fs.NArg() != 0 {
+		fs.Usage()
+		return errors.New("--out is required")
+	}
+	spec := repro.RuntimeImageSpec()
+	if err := (debimage.Builder{CacheDir: *cache, Mirror: *mirror}).Build(ctx, *out, spec); err != nil {
+		return fmt.Errorf("runtime image: %w", err)
+	}
+	fmt.Fprintf(stdout, "wrote %s (%s: %s); register it with `repronet agent push %s %s` (admin token), "+
+		"and give it to nodes with --base-image %s so that environments can build FROM it\n",
+		*out, spec.Ref, strings.Join(spec.Packages, ", "), repro.DefaultRuntimeAgent, *out, *out)
+	return nil
 }
 
 func reproStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
