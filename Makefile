@@ -6,7 +6,7 @@ export CGO_ENABLED := 0
 GO ?= go
 BIN := bin/repronet
 
-.PHONY: all setup fixtures build demo test vet fmt proto bench clean
+.PHONY: all setup fixtures build demo test vet fmt proto bench clean dist
 
 all: build
 
@@ -29,6 +29,12 @@ test: setup fixtures
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
 	$(GO) vet ./...
 	$(GO) test -timeout 30m -count=1 ./...
+
+# Debian packages in bin/dist: repronet (the static binary), repronet-node
+# and repronet-coordinator (their systemd units and configuration files);
+# nfpm does it, as a library (dist/, docs/operator.md).
+dist:
+	$(GO) run ./dist/mkdeb -out bin/dist
 
 # Regenerates proto/repronet.pb.go (needs protoc: apt-get install protobuf-compiler).
 proto:

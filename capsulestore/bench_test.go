@@ -15,8 +15,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -201,6 +203,98 @@ func BenchmarkFetchLoopback(b *testing.B) {
 		b.ReportMetric(median(cpus[base]), "cpu_s/GiB")
 		b.ReportMetric(median(rates[base])/median(rates[0]), "rate_vs_badger_stock")
 		b.ReportMetric(median(cpus[base])/median(cpus[0]), "cpu_vs_badger_stock")
+	}
+}
+
+// BenchmarkFetchToFile is issue 29's fetch to a file over loopback: a seed
+// process serves a CS_BENCH_TOFILE_MIB (default 1024) MiB file over libp2p
+// (blocks as files, p2phost, as node and coordinator run) and over HTTP (Go's
+// file server: sendfile), and each round, alternately:
+//
+//   - http: curl -o FILE, openssl dgst -sha256 FILE, sync FILE (one shell);
+//   - file: a fresh fetcher process's WriteTo (what `capsule get -o FILE`
+//     does: the leaves written once, into the file, fsynced);
+//   - store: a fresh fetcher's Fetch into its store (the node's path).
+//
+// It reports the medians over CS_BENCH_ROUNDS (default 3) rounds, the speed
+// ratio file/http (above 1: faster than HTTP) and the receivers' CPU
+// seconds per GiB (for http, the shell and its children).
+func BenchmarkFetchToFile(b *testing.B) {
+	size := envInt("CS_BENCH_TOFILE_MIB", 1024) << 20
+	rounds := int(envInt("CS_BENCH_ROUNDS", 3))
+	for _, t := range []string{"curl", "openssl", "sync"} {
+		if _, err := exec.LookPath(t); err != nil {
+			b.Skipf("%s is needed for the HTTP baseline: %v", t, err)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	httpAddr := ln.Addr().String()
+	ln.Close()
+	seed := startHelper(b, "seed", "/ip4/127.0.0.1/tcp/0", httpAddr, nil)
+	seed.call(nil, "gen %d 29 capsule.bin", size)
+	var info addResult
+	seed.call(&info, "add capsule.bin")
+	gib := float64(size) / (1 << 30)
+	for range b.N {
+		var walls, cpus [3][]float64 // http, file, store
+		for round := range rounds {
+			// HTTP.
+			out := filepath.Join(b.TempDir(), "http.bin")
+			cmd := exec.Command("sh", "-c", `curl -sf -o "$1" "$2" && openssl dgst -sha256 -r "$1" && sync "$1"`, "sh", out, "http://"+httpAddr+"/capsule.bin")
+			start := time.Now()
+			got, err := cmd.Output()
+			el := time.Since(start).Seconds()
+			if err != nil {
+				b.Fatalf("http: %v", err)
+			}
+			if sum, _, _ := strings.Cut(string(got), " "); sum != info.SHA256 {
+				b.Fatalf("http: sha256 %q, want %s", sum, info.SHA256)
+			}
+			walls[0] = append(walls[0], el)
+			cpus[0] = append(cpus[0], (cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime()).Seconds()/gib)
+			os.Remove(out)
+
+			// repronet: WriteTo, then Fetch into the store, fresh fetchers.
+			for i, how := range []string{"getfile %s out.bin %s", "fetch %s %s"} {
+				f := startHelper(b, "fetcher", "/ip4/127.0.0.1/tcp/0", "", nil)
+				prof := os.Getenv("CS_BENCH_PROFILE")
+				if prof != "" {
+					f.call(nil, "prof-start %s.tofile.%d.%d", prof, i, round)
+				}
+				c0 := cpuOf(f)
+				var r fetchResult
+				f.call(&r, how, info.CID, seed.addrOn("127.0.0.1"))
+				c1 := cpuOf(f)
+				if prof != "" {
+					f.call(nil, "prof-stop")
+				}
+				if i == 0 {
+					var sum struct {
+						SHA256 string `json:"sha256"`
+					}
+					f.call(&sum, "sha256 out.bin")
+					if sum.SHA256 != info.SHA256 {
+						b.Fatalf("WriteTo: sha256 %s, want %s", sum.SHA256, info.SHA256)
+					}
+				}
+				f.stop()
+				walls[i+1] = append(walls[i+1], float64(r.ElapsedMS)/1000)
+				cpus[i+1] = append(cpus[i+1], (c1[0]-c0[0])/gib)
+			}
+			b.Logf("round %d, %d MiB: http %.2f s (%.2f CPU-s/GiB), file %.2f s (%.2f), store %.2f s (%.2f); file vs http %.2fx; load %s",
+				round, size>>20, walls[0][round], cpus[0][round], walls[1][round], cpus[1][round], walls[2][round], cpus[2][round],
+				walls[0][round]/walls[1][round], loadAvg())
+		}
+		b.ReportMetric(median(walls[0]), "http_s")
+		b.ReportMetric(median(walls[1]), "file_s")
+		b.ReportMetric(median(walls[2]), "store_s")
+		b.ReportMetric(median(walls[0])/median(walls[1]), "file_vs_http")
+		b.ReportMetric(median(cpus[0]), "http_cpu_s/GiB")
+		b.ReportMetric(median(cpus[1]), "file_cpu_s/GiB")
+		b.ReportMetric(median(cpus[1])/median(cpus[0]), "file_cpu_vs_http")
 	}
 }
 

@@ -50,6 +50,9 @@ type record struct {
 	Pinned   bool      `json:"pinned,omitempty"`
 	Added    time.Time `json:"added"`
 	LastUsed time.Time `json:"last_used"`
+	// Placed: the file WriteTo wrote, which holds the raw leaves (the
+	// store holds the inner nodes); "" when the store holds every block.
+	Placed string `json:"placed,omitempty"`
 }
 
 // cache is the store's index: what files it holds, their use, the quota and
@@ -224,6 +227,28 @@ func (ca *cache) complete(ctx context.Context, c cid.Cid, size, bytes int64) err
 	}
 	rec.Size, rec.Bytes, rec.Complete = size, bytes, true
 	return ca.put(ctx, c, rec, true)
+}
+
+// placed records that c's raw leaves are in the file at path (WriteTo).
+func (ca *cache) placed(ctx context.Context, c cid.Cid, path string, size, bytes int64) error {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	rec := ca.recordLocked(c, "", time.Now())
+	rec.Size, rec.Bytes, rec.Complete, rec.Placed = size, bytes, true, path
+	return ca.put(ctx, c, rec, true)
+}
+
+// placedFiles lists the files recorded as holding leaves.
+func (ca *cache) placedFiles() map[cid.Cid]string {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	out := map[cid.Cid]string{}
+	for c, r := range ca.recs {
+		if r.Placed != "" {
+			out[c] = r.Placed
+		}
+	}
+	return out
 }
 
 // added records an imported file, pinned, and evicts others to get under

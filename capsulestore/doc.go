@@ -15,7 +15,9 @@
 // per-fetcher order, so that fetchers of one capsule trade blocks among
 // themselves instead of all pulling from the seed. Every block is verified
 // against its CID on arrival; a fetch times out on lack of progress, never
-// on total duration, and resumes from what is stored.
+// on total duration, and resumes from what is stored. [Store.WriteTo]
+// writes a fetched file's leaves only into the output file and serves them
+// from there, re-verifying each it reads (placed.go).
 //
 // The store keeps an index of the files it holds (names, sizes, sha256, last
 // use), which survives restarts; with a quota it evicts the least recently

@@ -37,6 +37,7 @@ type exchange struct {
 	net    bsnetwork.BitSwapNetwork
 	srv    *server.Server
 	bstore blockstore.Blockstore
+	refs   *refStore       // bstore, for placing leaves
 	ctx    context.Context // lives as long as the Store
 
 	writes     chan received
@@ -44,7 +45,8 @@ type exchange struct {
 
 	mu      sync.Mutex
 	links   map[peer.ID]*link
-	wanted  map[cid.Cid][]*fetch // blocks that running fetches wait for
+	wanted  map[cid.Cid][]*fetch  // blocks that running fetches wait for
+	place   map[cid.Cid]placement // raw leaves to write into a WriteTo's file on arrival
 	fetches map[*fetch]bool
 	closed  bool
 }
@@ -57,14 +59,16 @@ const (
 	serverTaskWorkers             = 8
 )
 
-func newExchange(ctx context.Context, net bsnetwork.BitSwapNetwork, bstore blockstore.Blockstore, log *slog.Logger) *exchange {
+func newExchange(ctx context.Context, net bsnetwork.BitSwapNetwork, bstore *refStore, log *slog.Logger) *exchange {
 	ex := &exchange{
 		log:     log,
 		net:     net,
 		bstore:  bstore,
+		refs:    bstore,
 		ctx:     ctx,
 		links:   make(map[peer.ID]*link),
 		wanted:  make(map[cid.Cid][]*fetch),
+		place:   make(map[cid.Cid]placement),
 		fetches: make(map[*fetch]bool),
 		writes:  make(chan received, writeQueue),
 
@@ -139,6 +143,31 @@ func (ex *exchange) unwantLocked(c cid.Cid, f *fetch) {
 	} else {
 		ex.wanted[c] = fs
 	}
+}
+
+// placement: where a wanted raw leaf goes on arrival.
+type placement struct {
+	f   *fetch
+	off int64
+}
+
+// placeAt makes c, when it arrives, be written at off into f's output file
+// (and served from there) instead of into the store.
+func (ex *exchange) placeAt(f *fetch, c cid.Cid, off int64) {
+	ex.mu.Lock()
+	ex.place[c] = placement{f: f, off: off}
+	ex.mu.Unlock()
+}
+
+// unplace forgets f's placements.
+func (ex *exchange) unplace(f *fetch) {
+	ex.mu.Lock()
+	for c, p := range ex.place {
+		if p.f == f {
+			delete(ex.place, c)
+		}
+	}
+	ex.mu.Unlock()
 }
 
 // fetchCount is the number of running fetches (at least 1).
@@ -239,8 +268,9 @@ type received struct {
 
 // Writer queue: blocks received and not yet stored (about 1 MiB each).
 const (
-	writeQueue = 32
-	writeBatch = 16
+	writeQueue    = 32
+	writeBatch    = 16
+	writeParallel = 4
 )
 
 // writer stores received blocks in batches (one datastore transaction for
@@ -249,9 +279,8 @@ const (
 func (ex *exchange) writer() {
 	defer close(ex.writerDone)
 	batch := make([]received, 0, writeBatch)
-	blks := make([]blocks.Block, 0, writeBatch)
 	for {
-		batch, blks = batch[:0], blks[:0]
+		batch = batch[:0]
 		select {
 		case r := <-ex.writes:
 			batch = append(batch, r)
@@ -267,23 +296,65 @@ func (ex *exchange) writer() {
 				break more
 			}
 		}
-		for _, r := range batch {
-			blks = append(blks, r.blk)
+		// Raw leaves a WriteTo placed go into its file; the rest into the
+		// store. Both are written by writeParallel goroutines at once: a
+		// block file costs a create, a write that goes to the disk
+		// (O_DIRECT) and a rename, and one at a time they leave the disk
+		// and the CPU idle in turn.
+		placed := make([]bool, len(batch))
+		perr := make([]error, len(batch))
+		var toStore []int
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, writeParallel)
+		for i, r := range batch {
+			c := r.blk.Cid()
+			ex.mu.Lock()
+			pl, ok := ex.place[c]
+			// A leaf another fetch waits for too goes into the store:
+			// that fetch must not depend on this one's file.
+			ok = ok && len(ex.wanted[c]) == 1
+			ex.mu.Unlock()
+			if !ok || c.Type() != cid.Raw {
+				toStore = append(toStore, i)
+				continue
+			}
+			placed[i] = true
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				data := r.blk.RawData()
+				if perr[i] = pl.f.out.writeAt(data, pl.off); perr[i] == nil {
+					ex.refs.place(c, pl.f.out, pl.off, len(data))
+				}
+			})
 		}
-		err := ex.bstore.PutMany(ex.ctx, blks)
-		if err == nil {
-			if nerr := ex.srv.NotifyNewBlocks(ex.ctx, blks...); nerr != nil {
+		for _, i := range toStore {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				perr[i] = ex.bstore.Put(ex.ctx, batch[i].blk)
+			})
+		}
+		wg.Wait()
+		var stored []blocks.Block
+		for i, r := range batch {
+			if perr[i] == nil {
+				stored = append(stored, r.blk)
+			}
+		}
+		if len(stored) > 0 {
+			if nerr := ex.srv.NotifyNewBlocks(ex.ctx, stored...); nerr != nil {
 				ex.log.Debug("bitswap notify", "err", nerr)
 			}
 		}
-		for _, r := range batch {
+		for i, r := range batch {
 			c := r.blk.Cid()
-			ev := event{kind: evBlock, from: r.from, c: c, size: len(r.blk.RawData())}
+			ev := event{kind: evBlock, from: r.from, c: c, size: len(r.blk.RawData()), placed: placed[i]}
 			if c.Type() == cid.DagProtobuf {
 				ev.data = r.blk.RawData() // inner nodes are small; the fetch decodes them
 			}
-			if err != nil {
-				ev.kind, ev.err = evStoreFailed, fmt.Errorf("storing block %s: %w", c, err)
+			if perr[i] != nil {
+				ev.kind, ev.err = evStoreFailed, fmt.Errorf("storing block %s: %w", c, perr[i])
 			}
 			ex.postAll(c, ev)
 		}

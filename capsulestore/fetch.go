@@ -52,14 +52,23 @@ var ErrOffline = errors.New("store is offline and the content is not all local")
 // least recently used capsules no one uses to make room, failing with
 // ErrQuota if it cannot.
 func (s *Store) Fetch(ctx context.Context, c cid.Cid, progress func(Progress), opts ...ItemOption) error {
+	_, err := s.fetchTo(ctx, c, progress, nil, opts...)
+	return err
+}
+
+// fetchTo is Fetch; with out, it also writes the file into out: raw leaves
+// that arrive are written there (only there: the store serves them from
+// out), and the bytes of blocks that were local are copied there. It
+// returns the file's size.
+func (s *Store) fetchTo(ctx context.Context, c cid.Cid, progress func(Progress), out *placedFile, opts ...ItemOption) (int64, error) {
 	if s.closed.Load() {
-		return ErrClosed
+		return 0, ErrClosed
 	}
 	if !c.Defined() {
-		return errors.New("capsulestore: fetch: undefined CID")
+		return 0, errors.New("capsulestore: fetch: undefined CID")
 	}
 	if err := checkCodec(c); err != nil {
-		return fmt.Errorf("capsulestore: fetch %s: %w", c, err)
+		return 0, fmt.Errorf("capsulestore: fetch %s: %w", c, err)
 	}
 	ic := itemConfig{}
 	for _, o := range opts {
@@ -69,12 +78,12 @@ func (s *Store) Fetch(ctx context.Context, c cid.Cid, progress func(Progress), o
 	// blocks local.
 	unlock, err := s.lockRoot(ctx, c)
 	if err != nil {
-		return fmt.Errorf("capsulestore: fetch %s: %w", c, err)
+		return 0, fmt.Errorf("capsulestore: fetch %s: %w", c, err)
 	}
 	defer unlock()
 	release, err := s.cache.begin(ctx, c, ic.name)
 	if err != nil {
-		return fmt.Errorf("capsulestore: fetch %s: %w", c, err)
+		return 0, fmt.Errorf("capsulestore: fetch %s: %w", c, err)
 	}
 	defer release()
 	if len(ic.providers) > 0 && s.host != nil {
@@ -82,7 +91,11 @@ func (s *Store) Fetch(ctx context.Context, c cid.Cid, progress func(Progress), o
 	}
 	f := newFetch(s, c, progress)
 	f.maxSize = ic.maxSize
+	f.out = out
 	err = f.run(ctx)
+	if out != nil && s.ex != nil {
+		s.ex.unplace(f)
+	}
 	release()
 	if errors.Is(err, ErrQuota) || errors.Is(err, ErrTooLarge) {
 		// It cannot be held: drop what was fetched of it (the root).
@@ -91,9 +104,9 @@ func (s *Store) Fetch(ctx context.Context, c cid.Cid, progress func(Progress), o
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("capsulestore: fetch %s: %w", c, err)
+		return 0, fmt.Errorf("capsulestore: fetch %s: %w", c, err)
 	}
-	return nil
+	return f.total, nil
 }
 
 // lockRoot serializes fetches of one root.
@@ -153,18 +166,20 @@ const (
 
 // event is what the exchange tells a fetch.
 type event struct {
-	kind eventKind
-	from peer.ID
-	c    cid.Cid
-	size int    // block size (evBlock)
-	data []byte // block bytes of a dag-pb block (evBlock)
-	err  error
+	kind   eventKind
+	from   peer.ID
+	c      cid.Cid
+	size   int    // block size (evBlock)
+	data   []byte // block bytes of a dag-pb block (evBlock)
+	placed bool   // evBlock: written into the fetch's output file, not the store
+	err    error
 }
 
 // want is one block the fetch needs.
 type want struct {
 	c        cid.Cid
 	fileSize int64  // file bytes under the block, as its parent says; -1 for the root
+	offset   int64  // where its file bytes start in the file
 	order    uint64 // this fetcher's own priority: lower first
 	done     bool
 	holders  map[peer.ID]bool      // peers that said they have it
@@ -213,6 +228,16 @@ type fetch struct {
 	reserved bool
 	live     bool // pending blocks are registered with the exchange
 	subsDue  bool // some peer may lack want-haves for pending blocks
+
+	out         *placedFile // WriteTo's file, or nil
+	copies      []copyJob   // file bytes to copy into out from local blocks
+	placedBytes int64       // bytes of leaves written into out only
+}
+
+// copyJob: the file bytes of block c (local) belong at off in the output.
+type copyJob struct {
+	c   cid.Cid
+	off int64
 }
 
 // Scheduling parameters.
@@ -261,7 +286,7 @@ func (f *fetch) run(ctx context.Context) error {
 	s := f.s
 	ex := s.ex
 
-	root := f.addWant(f.root, -1)
+	root := f.addWant(f.root, -1, 0)
 	if err := f.resolveLocal(ctx, root); err != nil {
 		return err
 	}
@@ -285,7 +310,11 @@ func (f *fetch) run(ctx context.Context) error {
 	if f.total != f.done {
 		return fmt.Errorf("DAG holds %d bytes but its root says %d: %w", f.done, f.total, ErrNotFile)
 	}
-	if err := s.cache.complete(ctx, f.root, f.total, f.dagBytes); err != nil {
+	if f.out != nil {
+		if err := f.copyLocal(ctx); err != nil {
+			return err
+		}
+	} else if err := s.cache.complete(ctx, f.root, f.total, f.dagBytes); err != nil {
 		s.log.Warn("recording fetched file", "cid", f.root, "err", err)
 	}
 	f.report(time.Now(), true)
@@ -302,6 +331,26 @@ func (f *fetch) run(ctx context.Context) error {
 			"fetched_bytes", f.netBytes, "duplicate_blocks", f.dups, "from", from,
 			"elapsed", el.Round(time.Millisecond), "mib_per_s", fmt.Sprintf("%.1f", float64(f.netBytes)/(1<<20)/max(el.Seconds(), 1e-9)))
 	}
+	return nil
+}
+
+// copyLocal writes into the output the file bytes of blocks that were
+// local (or repeated) rather than placed on arrival. Placed leaves of other
+// files are verified as they are read.
+func (f *fetch) copyLocal(ctx context.Context) error {
+	for _, j := range f.copies {
+		if err := ctx.Err(); err != nil {
+			return context.Cause(ctx)
+		}
+		blk, err := f.s.bstore.Get(ctx, j.c)
+		if err != nil {
+			return fmt.Errorf("block %s: %w", j.c, err)
+		}
+		if err := f.out.writeAt(blk.RawData(), j.off); err != nil {
+			return fmt.Errorf("writing the file: %w", err)
+		}
+	}
+	f.copies = nil
 	return nil
 }
 
@@ -334,9 +383,9 @@ func (f *fetch) pendingCIDs() []cid.Cid {
 	return cs
 }
 
-func (f *fetch) addWant(c cid.Cid, fileSize int64) *want {
+func (f *fetch) addWant(c cid.Cid, fileSize, offset int64) *want {
 	w := &want{
-		c: c, fileSize: fileSize, order: f.rng.Uint64(),
+		c: c, fileSize: fileSize, offset: offset, order: f.rng.Uint64(),
 		holders: map[peer.ID]bool{}, subs: map[peer.ID]bool{}, inflight: map[peer.ID]time.Time{},
 	}
 	f.wants[c] = w
@@ -361,6 +410,9 @@ func (f *fetch) resolveLocal(ctx context.Context, w *want) error {
 		if !has {
 			f.addPending(w)
 			continue
+		}
+		if w.c.Type() == cid.Raw && f.out != nil {
+			f.copies = append(f.copies, copyJob{w.c, w.offset})
 		}
 		if w.c.Type() == cid.Raw && w.fileSize >= 0 {
 			// Verified when it was stored; its size is the parent's word
@@ -393,6 +445,9 @@ func (f *fetch) addPending(w *want) {
 	})
 	f.pending = slices.Insert(f.pending, i, w)
 	f.subsDue = true
+	if f.out != nil && w.c.Type() == cid.Raw && f.s.ex != nil {
+		f.s.ex.placeAt(f, w.c, w.offset)
+	}
 	if f.live {
 		f.s.ex.register(f, w.c)
 	}
@@ -424,8 +479,14 @@ func (f *fetch) blockDone(w *want, data []byte) ([]*want, error) {
 	f.markDone(w, len(data))
 	if w.c.Type() == cid.DagProtobuf {
 		f.done += int64(n.dataLen) // a raw block's bytes were counted by markDone
+		if f.out != nil && n.dataLen > 0 {
+			if err := f.out.writeAt(n.data, w.offset); err != nil {
+				return nil, fmt.Errorf("writing the file: %w", err)
+			}
+		}
 	}
 	var children []*want
+	off := w.offset + int64(n.dataLen)
 	for i, l := range n.links {
 		size := int64(n.linkSizes[i])
 		if f.wants[l] != nil {
@@ -433,9 +494,14 @@ func (f *fetch) blockDone(w *want, data []byte) ([]*want, error) {
 			// fetched once, and its bytes count once per reference (here
 			// in advance: the final check compares the sum to the size).
 			f.done += size
+			if f.out != nil {
+				f.copies = append(f.copies, copyJob{l, off})
+			}
+			off += size
 			continue
 		}
-		children = append(children, f.addWant(l, size))
+		children = append(children, f.addWant(l, size, off))
+		off += size
 	}
 	return children, nil
 }
@@ -600,6 +666,13 @@ func (f *fetch) received(ctx context.Context, ev event) error {
 	if w.c.Type() == cid.Raw {
 		if w.fileSize >= 0 && int64(ev.size) != w.fileSize {
 			return fmt.Errorf("block %s from %s: %d bytes, its parent says %d: %w", w.c, ev.from, ev.size, w.fileSize, ErrNotFile)
+		}
+		switch {
+		case ev.placed:
+			f.placedBytes += int64(ev.size)
+		case f.out != nil:
+			// Stored for another fetch (or before this one placed it).
+			f.copies = append(f.copies, copyJob{w.c, w.offset})
 		}
 		if w.fileSize < 0 { // a file of one raw block
 			f.total = int64(ev.size)

@@ -10,6 +10,8 @@ package capsulestore
 //	add PATH                import PATH                  -> ok {"cid":...}
 //	fetch CID [MULTIADDR..] fetch with provider hints    -> ok {"elapsed_ms":...}
 //	httpget URL PATH        download over HTTP to PATH   -> ok {"elapsed_ms":...}
+//	getfile CID NAME [MA..] WriteTo files/NAME            -> ok {"elapsed_ms":...}
+//	sha256 NAME             sha256 of files/NAME         -> ok {"sha256":...}
 //	stats                   bitswap bytes sent           -> ok {"sent":...}
 //	import SIZE SEED        streamed import, memory peak -> ok {"peak_rss":...}
 //
@@ -18,6 +20,8 @@ package capsulestore
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -206,6 +210,38 @@ func helperCommand(ctx context.Context, s *Store, files string, f []string) (any
 		}
 		return map[string]any{"elapsed_ms": time.Since(start).Milliseconds(), "bytes": last.Total,
 			"fetched": last.Fetched, "peers": last.Peers}, nil
+	case f[0] == "getfile" && len(f) >= 3:
+		// WriteTo into files/NAME: getfile CID NAME [PEER...]
+		c, err := cid.Decode(f[1])
+		if err != nil {
+			return nil, err
+		}
+		var hints []peer.AddrInfo
+		for _, a := range f[3:] {
+			ai, err := peer.AddrInfoFromString(a)
+			if err != nil {
+				return nil, err
+			}
+			hints = append(hints, *ai)
+		}
+		start := time.Now()
+		var last Progress
+		if err := s.WriteTo(ctx, c, filepath.Join(files, f[2]), func(p Progress) { last = p }, WithProviders(hints...)); err != nil {
+			return nil, err
+		}
+		return map[string]any{"elapsed_ms": time.Since(start).Milliseconds(), "bytes": last.Total,
+			"fetched": last.Fetched, "peers": last.Peers}, nil
+	case f[0] == "sha256" && len(f) == 2:
+		r, err := os.Open(filepath.Join(files, f[1]))
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, r); err != nil {
+			return nil, err
+		}
+		return map[string]any{"sha256": hex.EncodeToString(h.Sum(nil))}, nil
 	case f[0] == "httpget" && len(f) == 3:
 		start := time.Now()
 		resp, err := http.Get(f[1])

@@ -161,6 +161,13 @@ type itemConfig struct {
 	name      string
 	providers []peer.AddrInfo
 	maxSize   int64
+	mode      os.FileMode
+}
+
+// WithMode sets the permissions of the file WriteTo writes (default 0644);
+// it has them before it is renamed into place.
+func WithMode(m os.FileMode) ItemOption {
+	return func(c *itemConfig) { c.mode = m.Perm() }
 }
 
 // WithMaxSize makes Fetch fail with ErrTooLarge, before it fetches more
@@ -190,8 +197,9 @@ func WithProviders(ps ...peer.AddrInfo) ItemOption {
 type Store struct {
 	cfg    config
 	log    *slog.Logger
-	host   host.Host // nil: offline
-	bstore blockstore.Blockstore
+	host   host.Host             // nil: offline
+	bstore blockstore.Blockstore // refs
+	refs   *refStore             // the blocks, and the leaves of placed files (WriteTo)
 	// blocks is the block files' datastore (WithBlockDir), or nil: blocks
 	// live in the index's datastore.
 	blocks datastore.Datastore
@@ -256,6 +264,8 @@ func Open(ctx context.Context, ds datastore.Batching, h host.Host, opts ...Optio
 	} else {
 		bstore = blockstore.NewIdStore(blockstore.NewBlockstore(ds))
 	}
+	refs := newRefStore(bstore)
+	bstore = refs
 	// The exchange lives as long as the Store, not as long as ctx.
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	log := cfg.log.With("component", "capsulestore")
@@ -264,6 +274,7 @@ func Open(ctx context.Context, ds datastore.Batching, h host.Host, opts ...Optio
 		log:     log,
 		host:    h,
 		bstore:  bstore,
+		refs:    refs,
 		blocks:  blocksDS,
 		dag:     merkledag.NewDAGService(blockservice.New(bstore, nil)),
 		cancel:  cancel,
@@ -275,8 +286,13 @@ func Open(ctx context.Context, ds datastore.Batching, h host.Host, opts ...Optio
 		return nil, fmt.Errorf("capsulestore: open: %w", err)
 	}
 	s.cache = c
+	for pc, path := range c.placedFiles() {
+		if err := s.loadPlaced(ctx, pc, path); err != nil {
+			log.Warn("a file written by get -o is no longer usable: its blocks will be fetched again when needed", "cid", pc, "err", err)
+		}
+	}
 	if h != nil {
-		s.ex = newExchange(bctx, bsnet.NewFromIpfsHost(h), bstore, log)
+		s.ex = newExchange(bctx, bsnet.NewFromIpfsHost(h), refs, log)
 	}
 	return s, nil
 }
@@ -588,51 +604,55 @@ func (s *Store) open(ctx context.Context, c cid.Cid, opts ...ItemOption) (uio.Da
 }
 
 // WriteTo fetches the file c (as Fetch does, with stall detection, progress
-// reports and the providers given) and writes it to path atomically: into a temporary file in the same directory,
-// synced, then renamed over path. The file gets mode 0644.
+// reports and the providers given) and writes it to path atomically: into a
+// temporary file in the same directory, synced, then renamed over path. The
+// file gets mode 0644 unless WithMode says otherwise.
+//
+// Every byte is written once. Raw leaves that arrive from peers are
+// verified against their CID and written straight into the file, not into
+// the store: the store keeps the inner nodes and records path as holding
+// the leaves, and serves them from it (verifying each as it reads it) for
+// as long as it is there unchanged; leaves it already held are copied in.
+// A fetch that fails keeps the inner nodes only.
 func (s *Store) WriteTo(ctx context.Context, c cid.Cid, path string, progress func(Progress), opts ...ItemOption) (err error) {
-	if err := s.Fetch(ctx, c, progress, opts...); err != nil {
-		return err
-	}
-	r, err := s.open(ctx, c)
+	abs, err := filepath.Abs(path)
 	if err != nil {
-		return err
+		return fmt.Errorf("capsulestore: write %s to %s: %w", c, path, err)
 	}
-	defer r.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	out, err := createPlaced(abs)
 	if err != nil {
 		return fmt.Errorf("capsulestore: write %s to %s: %w", c, path, err)
 	}
 	defer func() {
 		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
+			s.refs.dropFile(out)
+			out.abandon()
 		}
 	}()
-	n, err := io.Copy(&ctxWriter{ctx: ctx, w: tmp}, r)
+	size, err := s.fetchTo(ctx, c, progress, out, opts...)
 	if err != nil {
+		return err
+	}
+	ic := itemConfig{mode: 0o644}
+	for _, o := range opts {
+		o(&ic)
+	}
+	if err = out.finish(size, ic.mode); err != nil {
 		return fmt.Errorf("capsulestore: write %s to %s: %w", c, path, err)
 	}
-	if uint64(n) != r.Size() {
-		return fmt.Errorf("capsulestore: write %s to %s: wrote %d bytes, the DAG says %d", c, path, n, r.Size())
-	}
-	if err = tmp.Chmod(0o644); err != nil {
+	if err = os.Rename(out.name(), abs); err != nil {
 		return fmt.Errorf("capsulestore: write %s to %s: %w", c, path, err)
 	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("capsulestore: write %s to %s: %w", c, path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("capsulestore: write %s to %s: %w", c, path, err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("capsulestore: write %s to %s: %w", c, path, err)
-	}
-	if d, derr := os.Open(filepath.Dir(path)); derr == nil {
+	out.renamed(abs)
+	if d, derr := os.Open(filepath.Dir(abs)); derr == nil {
 		if serr := d.Sync(); serr != nil {
-			s.log.Warn("syncing directory after rename", "dir", filepath.Dir(path), "err", serr)
+			s.log.Warn("syncing directory after rename", "dir", filepath.Dir(abs), "err", serr)
 		}
 		d.Close()
+	}
+	// The inner nodes the record speaks of are made durable with it.
+	if perr := s.cache.placed(ctx, c, abs, size, max(estimateDAGBytes(size)-size, 0)); perr != nil {
+		s.log.Warn("recording fetched file", "cid", c, "err", perr)
 	}
 	return nil
 }

@@ -104,6 +104,7 @@ func (c *Coordinator) apiRoutes(mux *http.ServeMux) {
 	route("GET /api/attempts", submitter, c.handleAttempts)
 	route("GET /api/attempts/{id}", submitter, c.handleAttempt)
 	route("GET /api/attempts/{id}/logs", submitter, c.handleLogs)
+	route("GET /api/attempts/{id}/egress", submitter, c.handleEgress)
 	route("GET /api/attempts/{id}/outputs", submitter, c.handleOutputs)
 	route("GET /api/attempts/{id}/outputs/{path...}", submitter, c.handleOutput)
 	route("GET /api/attempts/{id}/trajectory", submitter, c.handleTrajectory)

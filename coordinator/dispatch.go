@@ -270,7 +270,8 @@ func (c *Coordinator) providersFor(content cid.Cid) []*proto.Provider {
 
 // handleLease serves lease renewals from nodes: the first at p2phost's
 // minimum pace, each later one within 2 lease TTLs. Renewals are not made
-// durable: on restart every restored lease runs at least a full TTL.
+// durable: on restart every restored lease runs at least a full TTL. A
+// renewal with hand_back gives the attempt back (core.HandBack).
 func (c *Coordinator) handleLease(s network.Stream) {
 	defer s.Close()
 	node := s.Conn().RemotePeer().String()
@@ -279,13 +280,27 @@ func (c *Coordinator) handleLease(s network.Stream) {
 		if err := proto.ReadMsg(p2phost.Paced(s, wait), &req, proto.MaxControlSize); err != nil {
 			return
 		}
-		c.mu.Lock()
-		fx, _ := c.stepLocked(core.Renewal{Attempt: req.GetAttemptId(), Node: node, Phase: req.GetPhase()})
-		c.mu.Unlock()
-		r, _ := fx.Reply.(core.RenewalReply)
-		ack := &proto.LeaseAck{AttemptId: req.GetAttemptId(), Ok: r.OK, Reason: r.Reason}
-		if r.OK {
-			ack.LeaseDeadlineUnixMillis = r.Deadline.UnixMilli()
+		var ack *proto.LeaseAck
+		if why := req.GetHandBack(); why != "" {
+			// Acknowledged once the requeue is durable.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			fx, t := c.step(ctx, core.HandBack{Attempt: req.GetAttemptId(), Node: node, Reason: why})
+			r, _ := fx.Reply.(core.HandBackReply)
+			err := c.durable(ctx, t)
+			cancel()
+			if r.OK && err != nil {
+				r = core.HandBackReply{Reason: "not recorded: " + err.Error()}
+			}
+			ack = &proto.LeaseAck{AttemptId: req.GetAttemptId(), Ok: r.OK, HandedBack: r.OK, Reason: r.Reason}
+		} else {
+			c.mu.Lock()
+			fx, _ := c.stepLocked(core.Renewal{Attempt: req.GetAttemptId(), Node: node, Phase: req.GetPhase()})
+			c.mu.Unlock()
+			r, _ := fx.Reply.(core.RenewalReply)
+			ack = &proto.LeaseAck{AttemptId: req.GetAttemptId(), Ok: r.OK, Reason: r.Reason}
+			if r.OK {
+				ack.LeaseDeadlineUnixMillis = r.Deadline.UnixMilli()
+			}
 		}
 		if err := proto.WriteMsg(s, ack); err != nil {
 			s.Reset()

@@ -27,6 +27,7 @@ func TestPeople(t *testing.T) {
 	f := newPeople(t)
 	t.Run("scopes", func(t *testing.T) { testScopes(t, f) })
 	t.Run("hal", func(t *testing.T) { testHAL(t, f) })
+	t.Run("reliability", func(t *testing.T) { testReliability(t, f) })
 	t.Run("browser", func(t *testing.T) { testBrowser(t, f) })
 	t.Run("revoke", func(t *testing.T) { testRevoke(t, f) })
 }
@@ -75,6 +76,9 @@ func testScopes(t *testing.T, f *people) {
 		{"own attempts, by handle only", f.ann, "GET", "/api/attempts", 200, []string{hA, `"state": "done"`}, idsOnly},
 		{"own attempt", f.ann, "GET", "/api/attempts/" + hA, 200, []string{hA, `"task_correct"`}, idsOnly},
 		{"own logs", f.ann, "GET", "/api/attempts/" + hA + "/logs", 200, []string{"agent solver-a on", "nothing to worry about"}, nodeIDs},
+		{"own egress record", f.ann, "GET", "/api/attempts/" + hA + "/egress", 200,
+			[]string{`"host": "pypi.org"`, `"connections": 3`, `"bytes_received": 1048576`, `"host": "answers.example"`, `"refused": 2`,
+				`"omitted": 1`, `"attempt": "` + hA + `"`}, idsOnly},
 		{"own outputs", f.ann, "GET", "/api/attempts/" + hA + "/outputs", 200, []string{"report.json"}, []string{"cid"}},
 		{"own trajectory", f.ann, "GET", "/api/attempts/" + hA + "/trajectory", 200,
 			[]string{"Step 1: what is in results/?", "the figure is 0.96", `"assignment": 1`}, append([]string{rawA, `"lease"`}, nodeIDs...)},
@@ -86,6 +90,9 @@ func testScopes(t *testing.T, f *people) {
 		{"another group's attempt", f.bob, "GET", "/api/attempts/" + hA, 404, []string{"no attempt"}, nil},
 		{"another group's logs", f.bob, "GET", "/api/attempts/" + hA + "/logs", 404, nil, []string{"solver-a"}},
 		{"another group's trajectory", f.bob, "GET", "/api/attempts/" + hA + "/trajectory", 404, nil, []string{"Step 1"}},
+		{"another group's egress record", f.bob, "GET", "/api/attempts/" + hA + "/egress", 404, nil, []string{"pypi.org"}},
+		{"a canary's egress record", f.ann, "GET", "/api/attempts/" + hCanary + "/egress", 404, nil, nil},
+		{"an egress record, publicly", "", "GET", "/api/attempts/" + hA + "/egress", 401, nil, []string{"pypi.org"}},
 		{"another group's output", f.bob, "GET", "/api/attempts/" + hA + "/outputs/report.json", 404, nil, nil},
 		{"another group's trajectory, the other way", f.ann, "GET", "/api/attempts/" + hB + "/trajectory", 404, nil, []string{"Step 1"}},
 		{"another group's evaluation", f.ann, "GET", "/api/evaluations/" + f.evB, 404, nil, []string{"solver-b"}},
@@ -126,6 +133,7 @@ func testScopes(t *testing.T, f *people) {
 		{"the admin by ID", f.admin, "GET", "/api/attempts/" + rawA, 200, []string{rawA, `"node"`}, nil},
 		{"the admin by handle", f.admin, "GET", "/api/attempts/" + hCanary, 200, []string{f.canary, `"canary": true`}, nil},
 		{"the admin's canaries", f.admin, "GET", "/api/attempts?canaries=1", 200, []string{f.canary}, nil},
+		{"the admin's egress record", f.admin, "GET", "/api/attempts/" + rawA + "/egress", 200, []string{`"host": "pypi.org"`, rawA}, nil},
 		{"the admin's verdict", f.admin, "GET", "/api/attempts/" + rawA + "/verdict", 200, []string{`"verdict"`}, nil},
 		{"the admin's accounts", f.admin, "GET", "/api/tokens", 200, []string{`"submitter": "ann"`}, []string{f.ann, `"hash"`}},
 	}

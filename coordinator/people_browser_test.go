@@ -447,6 +447,19 @@ func testBrowser(t *testing.T, f *people) {
 				t.Errorf("sign-in with next %q: %v %v", next, resp.Header.Get("Location"), err)
 			}
 		}
+		// A sign-in posted by another site's form (login CSRF: the victim's
+		// browser signed in as the attacker) is refused, and sets no cookie.
+		for _, h := range []map[string]string{{"Sec-Fetch-Site": "cross-site"}, {"Origin": "https://evil.example"}} {
+			req, _ := http.NewRequest("POST", f.srv.URL+"/login", strings.NewReader(url.Values{"token": {f.ann}}.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			for k, v := range h {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultTransport.RoundTrip(req)
+			if err != nil || resp.StatusCode != http.StatusForbidden || len(resp.Cookies()) != 0 {
+				t.Errorf("a cross-site sign-in %v: %v, %d cookies, %v", h, resp.Status, len(resp.Cookies()), err)
+			}
+		}
 		tb.signIn(f.ann, 200)
 		if loc := tb.eval(`location.pathname`); loc != "/evaluations" {
 			t.Errorf("after sign-in at %s", loc)

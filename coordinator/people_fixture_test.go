@@ -297,6 +297,12 @@ func (f *people) agentRun(w *wireNode) func(*proto.Assignment) *proto.Report {
 		r := w.okReport(asg, answer)
 		r.StdoutTail = []byte(fmt.Sprintf("agent %s on %s, run %d\nreading results/\n", a.Agent, a.TaskID, a.Run))
 		r.StderrTail = []byte("warning: nothing to worry about\n")
+		if a.Agent == "solver-a" { // what the node's egress proxy saw
+			r.Egress = []*proto.EgressHost{{Host: "pypi.org", Connections: 3, BytesSent: 2048, BytesReceived: 1 << 20},
+				{Host: "answers.example", Refused: 2}}
+			r.EgressHostsOmitted = 1
+			r.Usage.EgressRefused = 2
+		}
 		return r
 	}
 }

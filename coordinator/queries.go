@@ -103,6 +103,11 @@ type NetworkSummary struct {
 	Operators int `json:"operators"`
 	Slots     int `json:"slots"`
 	FreeSlots int `json:"free_slots"`
+	// Network, Peer and Addrs are what a node needs to serve this
+	// coordinator (repronet node join URL TOKEN).
+	Network string   `json:"network"`
+	Peer    string   `json:"peer"`
+	Addrs   []string `json:"addrs"`
 }
 
 // Network summarises the nodes in view that serve this coordinator.
@@ -110,7 +115,10 @@ func (c *Coordinator) Network() NetworkSummary {
 	c.mu.Lock()
 	infos := c.state.NodeInfos(time.Now())
 	c.mu.Unlock()
-	var s NetworkSummary
+	s := NetworkSummary{Network: c.cfg.Network, Peer: c.ID().String(), Addrs: []string{}}
+	for _, a := range c.Addrs() {
+		s.Addrs = append(s.Addrs, a.String())
+	}
 	ops := map[string]bool{}
 	for _, n := range infos {
 		if !n.ServesUs {

@@ -36,6 +36,9 @@ type web struct {
 	handles cipher.Block
 	// formKey keys the form tokens of signed-in readers.
 	formKey []byte
+	// crossOrigin refuses sign-ins posted from another site (a login
+	// CSRF would sign the victim's browser in as the attacker).
+	crossOrigin *http.CrossOriginProtection
 	// evalKey keys the labels the public reads for evaluation IDs.
 	evalKey []byte
 	// submit serialises submitters' evaluations, so that two requests
@@ -66,7 +69,7 @@ func (c *Coordinator) startWeb(ctx context.Context, secret []byte) error {
 	if err != nil {
 		return fmt.Errorf("attempt handles: %w", err)
 	}
-	c.web = &web{accounts: acc, site: site, handles: block, formKey: derive(secret, "repronet form tokens"),
+	c.web = &web{accounts: acc, site: site, handles: block, formKey: derive(secret, "repronet form tokens"), crossOrigin: http.NewCrossOriginProtection(),
 		evalKey: derive(secret, "repronet public evaluation labels")}
 	return nil
 }

@@ -150,6 +150,12 @@ func setTokenCookie(w http.ResponseWriter, r *http.Request, token string) {
 
 // login signs a reader in with a token pasted in the form.
 func (c *Coordinator) login(w http.ResponseWriter, r *http.Request) {
+	if err := c.web.crossOrigin.Check(r); err != nil {
+		// Another site's form posting a token of its choosing: refused,
+		// no cookie set.
+		http.Error(w, "sign in from this site's own page: "+err.Error(), http.StatusForbidden)
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	p, err := c.authenticate(token)

@@ -213,6 +213,14 @@ func normalized(boards []leaderboard.Board) []leaderboard.Board {
 		out[i].Rows = slices.Clone(out[i].Rows)
 		for j := range out[i].Rows {
 			out[i].Rows[j].CPUSeconds, out[i].Rows[j].WallSeconds = 0, 0
+			if r := out[i].Rows[j].Reliability; r != nil { // wall times differ from run to run
+				c := *r
+				c.WallSeconds, c.PerTask = nil, slices.Clone(r.PerTask)
+				for k := range c.PerTask {
+					c.PerTask[k].WallSeconds = nil
+				}
+				out[i].Rows[j].Reliability = &c
+			}
 		}
 	}
 	return out

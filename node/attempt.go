@@ -27,6 +27,7 @@ import (
 	"github.com/repronet/repronet/proto"
 	"github.com/repronet/repronet/recipe"
 	"github.com/repronet/repronet/sandbox"
+	"github.com/repronet/repronet/sandbox/egress"
 )
 
 // agentUID is the unprivileged user jobs run as; their workspace is
@@ -100,6 +101,8 @@ func (n *Node) admit(from peer.ID, a *proto.Assignment) (proto.DeclineCode, stri
 		return proto.DeclineCode_DECLINE_STOPPING, "node is stopping"
 	case n.running[key] != nil:
 		return proto.DeclineCode_DECLINE_UNSPECIFIED, ""
+	case n.draining:
+		return proto.DeclineCode_DECLINE_STOPPING, "node is draining: it takes no new work"
 	case len(n.running) >= n.cfg.Slots:
 		return proto.DeclineCode_DECLINE_BUSY, fmt.Sprintf("no free slot (%d of %d busy)", len(n.running), n.cfg.Slots)
 	}
@@ -116,6 +119,7 @@ func (n *Node) admit(from peer.ID, a *proto.Assignment) (proto.DeclineCode, stri
 			cancel()
 			n.mu.Lock()
 			delete(n.running, key)
+			delete(n.handingBack, key)
 			n.gpus.release(key)
 			n.mu.Unlock()
 			n.signal(n.announceNow)
@@ -216,7 +220,14 @@ func (n *Node) runAttempt(ctx context.Context, coord peer.ID, a *proto.Assignmen
 	}
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			log.Warn("attempt cancelled", "err", err)
+			n.mu.Lock()
+			back := n.handingBack[runKey{coord, id}]
+			n.mu.Unlock()
+			if back {
+				log.Info("attempt stopped: handed back to its coordinator")
+			} else {
+				log.Warn("attempt cancelled", "err", err)
+			}
 			return
 		}
 		log.Error("attempt failed on this node", "err", err)
@@ -261,6 +272,8 @@ type attemptResult struct {
 	outputs []*proto.OutputRef
 	// chainHead is the last conversation chain head the gateway returned.
 	chainHead string
+	// egress is the job's egress record (its environment build's too).
+	egress egress.Record
 }
 
 // execute fetches, prepares and runs one job. An error is an
@@ -374,7 +387,8 @@ func (n *Node) execute(ctx context.Context, coord peer.ID, a *proto.Assignment, 
 	ph.set("collecting")
 	headMu.Lock()
 	defer headMu.Unlock()
-	return attemptResult{run: res, outputs: recipe.Collect(ctx, ws.Dir(), r.GetOutputs(), n.addOutput), chainHead: head}, nil
+	return attemptResult{run: res, outputs: recipe.Collect(ctx, ws.Dir(), r.GetOutputs(), n.addOutput), chainHead: head,
+		egress: n.egressRecord(runID)}, nil
 }
 
 // addOutput stores an output in the capsule store, pinned until its

@@ -27,6 +27,7 @@ var (
 	descCoordPeer = prometheus.NewDesc("repronet_node_coordinators_connected", "Coordinators this node is connected to.", nil, nil)
 	descRefused   = prometheus.NewDesc("repronet_node_egress_refused_total", "Requests and connections the egress proxy refused jobs, since start.", nil, nil)
 	descRedials   = prometheus.NewDesc("repronet_node_gossip_redials_total", "Connections to coordinators closed and dialled again because announcements did not reach them (no gossipsub stream, or no subscription heard, for --gossip-grace), since start.", nil, nil)
+	descDraining  = prometheus.NewDesc("repronet_node_draining", "1 while the node takes no new work (repronet node drain, or stopping), else 0.", nil, nil)
 	descPkgCache  = prometheus.NewDesc("repronet_node_package_cache", "The package cache: files served from it (hits), passed on (misses), stored, verified, evicted, refused for a hash mismatch, held, and bytes held.", []string{"kind"}, nil)
 )
 
@@ -34,7 +35,7 @@ type metricsCollector struct{ n *Node }
 
 func (m metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSlots, descFinished, descOutbox, descUnsaved, descCache, descCapsules, descCoordPeer,
-		descDiskFull, descDiskBytes, descRefused, descRedials, descPkgCache} {
+		descDiskFull, descDiskBytes, descRefused, descRedials, descPkgCache, descDraining} {
 		ch <- d
 	}
 }
@@ -47,6 +48,11 @@ func (m metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	a := n.Announcement()
 	gauge(descSlots, float64(a.GetTotalSlots()), "total")
 	gauge(descSlots, float64(a.GetFreeSlots()), "free")
+	draining := 0.0
+	if n.Draining() {
+		draining = 1
+	}
+	gauge(descDraining, draining)
 	n.mu.Lock()
 	finished := make(map[proto.Outcome]int, len(n.finished))
 	for o, c := range n.finished {

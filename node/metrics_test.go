@@ -48,6 +48,7 @@ func TestMetrics(t *testing.T) {
 		`repronet_node_capsules_cached 4`,
 		`repronet_node_capsule_cache_bytes{kind="used"}`,
 		`repronet_node_coordinators_connected 0`,
+		`repronet_node_draining 0`,
 		"go_goroutines",
 		"libp2p_",
 	} {

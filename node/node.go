@@ -263,6 +263,10 @@ type Node struct {
 	seq      uint64
 	lastAnn  time.Time
 	closed   bool
+	// draining: no new work (drain.go); handingBack are the attempts
+	// cancelled to be handed back.
+	draining    bool
+	handingBack map[runKey]bool
 	// tracked are the running attempts, for the status (status.go).
 	tracked map[runKey]*trackedRun
 	// imports serialises the lookup and import of each agent image, so
@@ -304,8 +308,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		outbox: namespace.Wrap(ds, datastore.NewKey("/outbox")), coords: coords,
 		announceNow: make(chan struct{}, 1), deliverNow: make(chan struct{}, 1),
 		running: make(map[runKey]context.CancelFunc), cached: make(map[string]time.Time), joined: make(map[peer.ID]bool),
-		gpus: newGPUPool(cfg.GPUs),
-		seq:  uint64(time.Now().UnixNano()), incarnation: newIncarnation(), guard: proto.NewAnnouncementGuard(cfg.Network),
+		handingBack: make(map[runKey]bool),
+		gpus:        newGPUPool(cfg.GPUs),
+		seq:         uint64(time.Now().UnixNano()), incarnation: newIncarnation(), guard: proto.NewAnnouncementGuard(cfg.Network),
 		finished: make(map[proto.Outcome]int),
 	}
 	n.metrics = newMetrics(n)
@@ -600,9 +605,15 @@ func (n *Node) Announcement() *proto.Announcement {
 }
 
 func (n *Node) announcementLocked(now time.Time) *proto.Announcement {
+	total := n.cfg.Slots
+	if n.draining {
+		// Coordinators count a node's free slots from its total less what
+		// runs there: a draining node's total is what it still runs.
+		total = min(total, len(n.running))
+	}
 	a := &proto.Announcement{
 		Network: n.cfg.Network, PeerId: []byte(n.host.ID()), Seq: n.seq, UnixMillis: now.UnixMilli(),
-		TotalSlots: uint32(n.cfg.Slots), FreeSlots: uint32(max(0, n.cfg.Slots-len(n.running))),
+		TotalSlots: uint32(total), FreeSlots: uint32(max(0, total-len(n.running))),
 		Slot: n.cfg.Slot, Arch: runtime.GOARCH, Version: Version, OperatorCert: n.operatorCert,
 		Suites: n.cfg.Suites, Groups: n.cfg.Groups, Incarnation: n.incarnation,
 		Gpus: n.gpus.announced(), FreeGpus: uint32(n.gpus.free()),

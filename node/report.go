@@ -6,6 +6,7 @@ import (
 
 	"github.com/repronet/repronet/proto"
 	"github.com/repronet/repronet/sandbox"
+	"github.com/repronet/repronet/sandbox/egress"
 )
 
 func fillReport(r *proto.Report, res attemptResult) {
@@ -18,6 +19,41 @@ func fillReport(r *proto.Report, res attemptResult) {
 	r.Usage = &proto.Usage{CpuSeconds: run.CPUSeconds, PeakMemoryBytes: run.PeakMemoryBytes, WallMillis: wallMillis(run.Wall),
 		PeakPids: run.PeakPids, DiskUsedBytes: run.DiskUsedBytes, EgressRefused: run.EgressRefused}
 	r.Outputs = res.outputs
+	r.Egress, r.EgressHostsOmitted = egressOf(res.egress)
+}
+
+// egressRecord takes the egress records the node's proxy kept of a job
+// run as runID: its environment build's (runID-env), when it built one,
+// and its own, merged.
+func (n *Node) egressRecord(runID string) egress.Record {
+	if n.egress == nil {
+		return egress.Record{}
+	}
+	rec, _ := n.egress.TakeRecord(runID)
+	if env, ok := n.egress.TakeRecord(runID + "-env"); ok {
+		rec = rec.Merge(env)
+	}
+	return rec
+}
+
+// egressOf is an egress record as a report carries it: at most
+// proto.MaxReportEgressHosts hosts, names as the proxy recorded them
+// (printable), the hosts left out counted.
+func egressOf(rec egress.Record) ([]*proto.EgressHost, uint32) {
+	out := make([]*proto.EgressHost, 0, min(len(rec.Hosts), proto.MaxReportEgressHosts))
+	omitted := rec.Omitted
+	for i, h := range rec.Hosts {
+		if i >= proto.MaxReportEgressHosts {
+			omitted += len(rec.Hosts) - i
+			break
+		}
+		out = append(out, &proto.EgressHost{Host: h.Host, Connections: h.Connections, Refused: h.Refused, Failed: h.Failed,
+			BytesSent: h.BytesSent, BytesReceived: h.BytesReceived})
+	}
+	if len(out) == 0 {
+		out = nil
+	}
+	return out, uint32(min(omitted, 1<<30))
 }
 
 // wallMillis is a run's wall time in whole milliseconds, rounded up: a run

@@ -31,9 +31,12 @@ type Status struct {
 	Coordinators []CoordStatus `json:"coordinators"`
 	TotalSlots   int           `json:"total_slots"`
 	FreeSlots    int           `json:"free_slots"`
-	Running      []Running     `json:"running"`
-	Cache        CacheStatus   `json:"cache"`
-	Disk         DiskStatus    `json:"disk"`
+	// Draining: the node takes no new work (repronet node drain, or it is
+	// stopping).
+	Draining bool        `json:"draining,omitempty"`
+	Running  []Running   `json:"running"`
+	Cache    CacheStatus `json:"cache"`
+	Disk     DiskStatus  `json:"disk"`
 	// Outbox counts reports not yet acknowledged (Unsaved: held in
 	// memory for want of room).
 	Outbox  int `json:"outbox"`
@@ -152,8 +155,8 @@ func (n *Node) readCredit(ctx context.Context) Credit {
 // Status is the node's status now.
 func (n *Node) Status(ctx context.Context) Status {
 	a := n.Announcement()
-	st := Status{Peer: n.host.ID().String(), Incarnation: n.incarnation, TotalSlots: int(a.GetTotalSlots()),
-		FreeSlots: int(a.GetFreeSlots()), Finished: map[string]int{}, Running: []Running{}}
+	st := Status{Peer: n.host.ID().String(), Incarnation: n.incarnation, TotalSlots: n.cfg.Slots,
+		FreeSlots: int(a.GetFreeSlots()), Finished: map[string]int{}, Running: []Running{}, Draining: n.Draining()}
 	for _, c := range n.coords {
 		st.Coordinators = append(st.Coordinators, CoordStatus{Peer: c.ID.String(), Connected: len(n.host.Network().ConnsToPeer(c.ID)) > 0})
 	}
@@ -234,7 +237,7 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 <title>repronet node</title><style>body{font:14px system-ui,sans-serif;margin:24px;color:#1d2330}table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;padding:4px 10px;text-align:left}h2{font-size:16px;margin-top:24px}.muted{color:#5d6678}</style></head><body>
 <h1>repronet node</h1>
 <p class="muted">{{.Peer}}</p>
-<p>Slots: <b>{{.FreeSlots}}</b> free of {{.TotalSlots}} · outbox {{.Outbox}} report(s){{if .Unsaved}} ({{.Unsaved}} held in memory){{end}}</p>
+<p>Slots: <b>{{.FreeSlots}}</b> free of {{.TotalSlots}}{{if .Draining}} <b>(draining: no new work)</b>{{end}} · outbox {{.Outbox}} report(s){{if .Unsaved}} ({{.Unsaved}} held in memory){{end}}</p>
 <p>Credit: <b>{{printf "%.4f" .Credit.CPUHours}} CPU-hours</b> over {{.Credit.Reports}} accepted report(s)</p>
 <p>Egress refused since start: {{.EgressRefused}} request(s) or connection(s)</p>
 <p>Capsule cache: {{mib .Cache.UsedBytes}} used{{if .Cache.QuotaBytes}} of {{mib .Cache.QuotaBytes}}{{end}}, {{.Cache.Capsules}} capsule(s) · data disk {{mib .Disk.FreeBytes}} free of {{mib .Disk.TotalBytes}}{{if .Disk.Full}} <b>(full: work is declined)</b>{{end}}</p>

@@ -199,6 +199,12 @@ func FuzzOpenReport(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(env)
+	withEgress, err := SealReport(&Report{AttemptId: "at-2", NodePeerId: []byte(id), Egress: []*EgressHost{{Host: "pypi.org", Connections: 2,
+		BytesReceived: 4096}, {Host: "answers.example", Refused: 1}}, EgressHostsOmitted: 3}, k)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(withEgress)
 	f.Add([]byte{})
 	f.Add([]byte("garbage"))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -206,6 +212,7 @@ func FuzzOpenReport(f *testing.F) {
 		if err != nil {
 			return
 		}
+		_ = ValidateReport(r) // never panics, whatever the record holds
 		named, perr := peer.IDFromBytes(r.GetNodePeerId())
 		if perr != nil || named != signer || r.GetAttemptId() == "" {
 			t.Fatalf("accepted inconsistent report: named %v signer %v attempt %q", named, signer, r.GetAttemptId())

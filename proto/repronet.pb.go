@@ -1812,7 +1812,11 @@ type LeaseRenewal struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	AttemptId string                 `protobuf:"bytes,1,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
 	// phase is what the node is doing: fetching, preparing, running, reporting.
-	Phase         string `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
+	Phase string `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
+	// hand_back, when set, gives the attempt back instead of renewing it,
+	// saying why (the node is stopping): the coordinator releases the lease
+	// and requeues the attempt at once, without counting it against the node.
+	HandBack      string `protobuf:"bytes,3,opt,name=hand_back,json=handBack,proto3" json:"hand_back,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1861,6 +1865,13 @@ func (x *LeaseRenewal) GetPhase() string {
 	return ""
 }
 
+func (x *LeaseRenewal) GetHandBack() string {
+	if x != nil {
+		return x.HandBack
+	}
+	return ""
+}
+
 // LeaseAck answers a LeaseRenewal.
 type LeaseAck struct {
 	state                   protoimpl.MessageState `protogen:"open.v1"`
@@ -1868,8 +1879,12 @@ type LeaseAck struct {
 	Ok                      bool                   `protobuf:"varint,2,opt,name=ok,proto3" json:"ok,omitempty"`
 	LeaseDeadlineUnixMillis int64                  `protobuf:"varint,3,opt,name=lease_deadline_unix_millis,json=leaseDeadlineUnixMillis,proto3" json:"lease_deadline_unix_millis,omitempty"`
 	Reason                  string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// handed_back confirms a hand_back: the attempt is requeued and the node
+	// must not report it (a coordinator that predates hand-backs never sets
+	// it, and renews the lease instead).
+	HandedBack    bool `protobuf:"varint,5,opt,name=handed_back,json=handedBack,proto3" json:"handed_back,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseAck) Reset() {
@@ -1928,6 +1943,13 @@ func (x *LeaseAck) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *LeaseAck) GetHandedBack() bool {
+	if x != nil {
+		return x.HandedBack
+	}
+	return false
 }
 
 // Usage is what an attempt consumed.
@@ -2105,8 +2127,14 @@ type Report struct {
 	// gateway returned with the last model call (package verify; empty: no
 	// call): the node signs what the model was shown and answered.
 	ModelChainHead string `protobuf:"bytes,18,opt,name=model_chain_head,json=modelChainHead,proto3" json:"model_chain_head,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// egress is the attempt's egress record (network "proxy"): the hosts
+	// the node's egress proxy saw it reach or try to reach, most
+	// connections first, at most MaxReportEgressHosts; egress_hosts_omitted
+	// counts the further hosts left out.
+	Egress             []*EgressHost `protobuf:"bytes,19,rep,name=egress,proto3" json:"egress,omitempty"`
+	EgressHostsOmitted uint32        `protobuf:"varint,20,opt,name=egress_hosts_omitted,json=egressHostsOmitted,proto3" json:"egress_hosts_omitted,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Report) Reset() {
@@ -2237,6 +2265,115 @@ func (x *Report) GetModelChainHead() string {
 	return ""
 }
 
+func (x *Report) GetEgress() []*EgressHost {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+func (x *Report) GetEgressHostsOmitted() uint32 {
+	if x != nil {
+		return x.EgressHostsOmitted
+	}
+	return 0
+}
+
+// EgressHost is what an attempt exchanged with one host through the
+// node's egress proxy.
+type EgressHost struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// host is the name asked for, lower case (an address literal or
+	// "(invalid)" for a refused request that named no host name).
+	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	// connections counts the CONNECT tunnels and plain HTTP requests
+	// allowed and carried; refused those refused (by name, port or
+	// address).
+	Connections uint64 `protobuf:"varint,2,opt,name=connections,proto3" json:"connections,omitempty"`
+	Refused     uint64 `protobuf:"varint,3,opt,name=refused,proto3" json:"refused,omitempty"`
+	// bytes_sent is what the attempt sent to the host, bytes_received what
+	// it got back (through tunnels, and plain HTTP bodies).
+	BytesSent     uint64 `protobuf:"varint,4,opt,name=bytes_sent,json=bytesSent,proto3" json:"bytes_sent,omitempty"`
+	BytesReceived uint64 `protobuf:"varint,5,opt,name=bytes_received,json=bytesReceived,proto3" json:"bytes_received,omitempty"`
+	// failed counts those allowed whose lookup or upstream connection
+	// failed (the proxy answered 502).
+	Failed        uint64 `protobuf:"varint,6,opt,name=failed,proto3" json:"failed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressHost) Reset() {
+	*x = EgressHost{}
+	mi := &file_proto_repronet_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressHost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressHost) ProtoMessage() {}
+
+func (x *EgressHost) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_repronet_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressHost.ProtoReflect.Descriptor instead.
+func (*EgressHost) Descriptor() ([]byte, []int) {
+	return file_proto_repronet_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *EgressHost) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *EgressHost) GetConnections() uint64 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+func (x *EgressHost) GetRefused() uint64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
+func (x *EgressHost) GetBytesSent() uint64 {
+	if x != nil {
+		return x.BytesSent
+	}
+	return 0
+}
+
+func (x *EgressHost) GetBytesReceived() uint64 {
+	if x != nil {
+		return x.BytesReceived
+	}
+	return 0
+}
+
+func (x *EgressHost) GetFailed() uint64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
 // OutputRef is one returned output.
 type OutputRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2252,7 +2389,7 @@ type OutputRef struct {
 
 func (x *OutputRef) Reset() {
 	*x = OutputRef{}
-	mi := &file_proto_repronet_proto_msgTypes[24]
+	mi := &file_proto_repronet_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2401,7 @@ func (x *OutputRef) String() string {
 func (*OutputRef) ProtoMessage() {}
 
 func (x *OutputRef) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[24]
+	mi := &file_proto_repronet_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2414,7 @@ func (x *OutputRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputRef.ProtoReflect.Descriptor instead.
 func (*OutputRef) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{24}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *OutputRef) GetPath() string {
@@ -2328,7 +2465,7 @@ type ReportAck struct {
 
 func (x *ReportAck) Reset() {
 	*x = ReportAck{}
-	mi := &file_proto_repronet_proto_msgTypes[25]
+	mi := &file_proto_repronet_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2477,7 @@ func (x *ReportAck) String() string {
 func (*ReportAck) ProtoMessage() {}
 
 func (x *ReportAck) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[25]
+	mi := &file_proto_repronet_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2490,7 @@ func (x *ReportAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAck.ProtoReflect.Descriptor instead.
 func (*ReportAck) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{25}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReportAck) GetAttemptId() string {
@@ -2414,7 +2551,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_proto_repronet_proto_msgTypes[26]
+	mi := &file_proto_repronet_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2426,7 +2563,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[26]
+	mi := &file_proto_repronet_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2439,7 +2576,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{26}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *JoinRequest) GetToken() string {
@@ -2469,7 +2606,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_proto_repronet_proto_msgTypes[27]
+	mi := &file_proto_repronet_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2481,7 +2618,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_repronet_proto_msgTypes[27]
+	mi := &file_proto_repronet_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2494,7 +2631,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_proto_repronet_proto_rawDescGZIP(), []int{27}
+	return file_proto_repronet_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *JoinResponse) GetAdmitted() bool {
@@ -2667,17 +2804,20 @@ const file_proto_repronet_proto_rawDesc = "" +
 	"\baccepted\x18\x02 \x01(\bR\baccepted\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12,\n" +
 	"\x04code\x18\x04 \x01(\x0e2\x18.repronet.v1.DeclineCodeR\x04code\x12 \n" +
-	"\vincarnation\x18\x05 \x01(\x04R\vincarnation\"C\n" +
+	"\vincarnation\x18\x05 \x01(\x04R\vincarnation\"`\n" +
 	"\fLeaseRenewal\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x14\n" +
-	"\x05phase\x18\x02 \x01(\tR\x05phase\"\x8e\x01\n" +
+	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x1b\n" +
+	"\thand_back\x18\x03 \x01(\tR\bhandBack\"\xaf\x01\n" +
 	"\bLeaseAck\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12;\n" +
 	"\x1alease_deadline_unix_millis\x18\x03 \x01(\x03R\x17leaseDeadlineUnixMillis\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xe1\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vhanded_back\x18\x05 \x01(\bR\n" +
+	"handedBack\"\xe1\x01\n" +
 	"\x05Usage\x12\x1f\n" +
 	"\vcpu_seconds\x18\x01 \x01(\x01R\n" +
 	"cpuSeconds\x12*\n" +
@@ -2691,7 +2831,7 @@ const file_proto_repronet_proto_rawDesc = "" +
 	"OutputFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\xac\x04\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x8f\x05\n" +
 	"\x06Report\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12 \n" +
@@ -2712,7 +2852,18 @@ const file_proto_repronet_proto_rawDesc = "" +
 	"\x14finished_unix_millis\x18\r \x01(\x03R\x12finishedUnixMillis\x12\x16\n" +
 	"\x06detail\x18\x0e \x01(\tR\x06detail\x120\n" +
 	"\aoutputs\x18\x10 \x03(\v2\x16.repronet.v1.OutputRefR\aoutputs\x12(\n" +
-	"\x10model_chain_head\x18\x12 \x01(\tR\x0emodelChainHeadJ\x04\b\x03\x10\x04J\x04\b\a\x10\bJ\x04\b\b\x10\tJ\x04\b\x0f\x10\x10\"[\n" +
+	"\x10model_chain_head\x18\x12 \x01(\tR\x0emodelChainHead\x12/\n" +
+	"\x06egress\x18\x13 \x03(\v2\x17.repronet.v1.EgressHostR\x06egress\x120\n" +
+	"\x14egress_hosts_omitted\x18\x14 \x01(\rR\x12egressHostsOmittedJ\x04\b\x03\x10\x04J\x04\b\a\x10\bJ\x04\b\b\x10\tJ\x04\b\x0f\x10\x10\"\xba\x01\n" +
+	"\n" +
+	"EgressHost\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12 \n" +
+	"\vconnections\x18\x02 \x01(\x04R\vconnections\x12\x18\n" +
+	"\arefused\x18\x03 \x01(\x04R\arefused\x12\x1d\n" +
+	"\n" +
+	"bytes_sent\x18\x04 \x01(\x04R\tbytesSent\x12%\n" +
+	"\x0ebytes_received\x18\x05 \x01(\x04R\rbytesReceived\x12\x16\n" +
+	"\x06failed\x18\x06 \x01(\x04R\x06failed\"[\n" +
 	"\tOutputRef\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x10\n" +
 	"\x03cid\x18\x02 \x01(\fR\x03cid\x12\x12\n" +
@@ -2764,7 +2915,7 @@ func file_proto_repronet_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_repronet_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_repronet_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_proto_repronet_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_proto_repronet_proto_goTypes = []any{
 	(DeclineCode)(0),           // 0: repronet.v1.DeclineCode
 	(Outcome)(0),               // 1: repronet.v1.Outcome
@@ -2792,10 +2943,11 @@ var file_proto_repronet_proto_goTypes = []any{
 	(*Usage)(nil),              // 23: repronet.v1.Usage
 	(*OutputFile)(nil),         // 24: repronet.v1.OutputFile
 	(*Report)(nil),             // 25: repronet.v1.Report
-	(*OutputRef)(nil),          // 26: repronet.v1.OutputRef
-	(*ReportAck)(nil),          // 27: repronet.v1.ReportAck
-	(*JoinRequest)(nil),        // 28: repronet.v1.JoinRequest
-	(*JoinResponse)(nil),       // 29: repronet.v1.JoinResponse
+	(*EgressHost)(nil),         // 26: repronet.v1.EgressHost
+	(*OutputRef)(nil),          // 27: repronet.v1.OutputRef
+	(*ReportAck)(nil),          // 28: repronet.v1.ReportAck
+	(*JoinRequest)(nil),        // 29: repronet.v1.JoinRequest
+	(*JoinResponse)(nil),       // 30: repronet.v1.JoinResponse
 }
 var file_proto_repronet_proto_depIdxs = []int32{
 	2,  // 0: repronet.v1.Announcement.slot:type_name -> repronet.v1.SlotShape
@@ -2816,12 +2968,13 @@ var file_proto_repronet_proto_depIdxs = []int32{
 	0,  // 15: repronet.v1.AssignmentResponse.code:type_name -> repronet.v1.DeclineCode
 	1,  // 16: repronet.v1.Report.outcome:type_name -> repronet.v1.Outcome
 	23, // 17: repronet.v1.Report.usage:type_name -> repronet.v1.Usage
-	26, // 18: repronet.v1.Report.outputs:type_name -> repronet.v1.OutputRef
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	27, // 18: repronet.v1.Report.outputs:type_name -> repronet.v1.OutputRef
+	26, // 19: repronet.v1.Report.egress:type_name -> repronet.v1.EgressHost
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_proto_repronet_proto_init() }
@@ -2842,7 +2995,7 @@ func file_proto_repronet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_repronet_proto_rawDesc), len(file_proto_repronet_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -401,6 +401,16 @@ const (
 	MaxReportOutputs = 1024
 	// MaxOutputPath bounds an output file's path.
 	MaxOutputPath = 4096
+	// MaxReportEgressHosts bounds the hosts of a report's egress record
+	// (the node keeps the 64 with the most connections).
+	MaxReportEgressHosts = 64
+	// MaxEgressHost bounds an egress host's name (a DNS name's 253, or
+	// an IPv6 literal's).
+	MaxEgressHost = 253
+	// maxEgressCount bounds an egress host's connection and refusal
+	// counts, maxEgressBytes its byte counts (a PiB).
+	maxEgressCount = 1 << 32
+	maxEgressBytes = 1 << 50
 	// maxReportCPUSeconds bounds usage.cpu_seconds: a year of 1024 cores,
 	// far beyond any attempt, but small enough to stay exact in a float64
 	// and in every encoding.
@@ -471,6 +481,46 @@ func ValidateReport(r *Report) error {
 			if _, err := cid.Cast(o.GetCid()); err != nil {
 				return invalid("report %s: outputs[%d].cid: %v", id, i, err)
 			}
+		}
+	}
+	return validateEgress(id, r.GetEgress(), r.GetEgressHostsOmitted())
+}
+
+// validateEgress checks a report's egress record: at most
+// MaxReportEgressHosts hosts, each named once by 1-MaxEgressHost printable
+// ASCII characters, counts and bytes bounded, and at least one connection
+// refusal or failure each.
+func validateEgress(id string, hosts []*EgressHost, omitted uint32) error {
+	if k := len(hosts); k > MaxReportEgressHosts {
+		return invalid("report %s: %d egress hosts (max %d)", id, k, MaxReportEgressHosts)
+	}
+	if omitted > maxEgressCount/2 {
+		return invalid("report %s: egress_hosts_omitted %d is implausible", id, omitted)
+	}
+	seen := make(map[string]bool, len(hosts))
+	for i, h := range hosts {
+		name := h.GetHost()
+		if len(name) == 0 || len(name) > MaxEgressHost {
+			return invalid("report %s: egress[%d].host must be 1-%d bytes", id, i, MaxEgressHost)
+		}
+		for j := 0; j < len(name); j++ {
+			if c := name[j]; c <= ' ' || c > '~' {
+				return invalid("report %s: egress[%d].host has byte %#x at %d: want printable ASCII", id, i, c, j)
+			}
+		}
+		if seen[name] {
+			return invalid("report %s: egress[%d].host %q twice", id, i, name)
+		}
+		seen[name] = true
+		switch {
+		case h.GetConnections() == 0 && h.GetRefused() == 0 && h.GetFailed() == 0:
+			return invalid("report %s: egress[%d] (%s): neither a connection, a refusal nor a failure", id, i, name)
+		case h.GetConnections() > maxEgressCount || h.GetRefused() > maxEgressCount || h.GetFailed() > maxEgressCount:
+			return invalid("report %s: egress[%d] (%s): connections %d, refused %d, failed %d (max %d each)", id, i, name,
+				h.GetConnections(), h.GetRefused(), h.GetFailed(), uint64(maxEgressCount))
+		case h.GetBytesSent() > maxEgressBytes || h.GetBytesReceived() > maxEgressBytes:
+			return invalid("report %s: egress[%d] (%s): bytes sent %d, received %d (max %d each)", id, i, name,
+				h.GetBytesSent(), h.GetBytesReceived(), uint64(maxEgressBytes))
 		}
 	}
 	return nil

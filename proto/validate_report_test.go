@@ -1,6 +1,7 @@
 package proto
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -35,6 +36,34 @@ func TestValidateReport(t *testing.T) {
 		{"output with an error", func(r *Report) { r.Outputs = []*OutputRef{{Path: "report.json", Error: "missing"}} }, ""},
 		{"a chain head", func(r *Report) { r.ModelChainHead = strings.Repeat("ab", 32) }, ""},
 		{"a chain head that is not one", func(r *Report) { r.ModelChainHead = "deadbeef" }, "model_chain_head"},
+		{"an egress record", func(r *Report) {
+			r.Egress = []*EgressHost{{Host: "pypi.org", Connections: 3, BytesSent: 900, BytesReceived: 1 << 20},
+				{Host: "evil.example", Refused: 2}, {Host: "(invalid)", Refused: 1}, {Host: "gone.example", Failed: 2}}
+			r.EgressHostsOmitted = 4
+		}, ""},
+		{"too many egress hosts", func(r *Report) {
+			for i := range MaxReportEgressHosts + 1 {
+				r.Egress = append(r.Egress, &EgressHost{Host: fmt.Sprintf("h%d.example", i), Connections: 1})
+			}
+		}, "egress hosts"},
+		{"an egress host without a name", func(r *Report) { r.Egress = []*EgressHost{{Connections: 1}} }, "egress[0].host"},
+		{"an egress host too long", func(r *Report) {
+			r.Egress = []*EgressHost{{Host: strings.Repeat("a", MaxEgressHost+1), Connections: 1}}
+		}, "egress[0].host"},
+		{"an egress host with a control byte", func(r *Report) { r.Egress = []*EgressHost{{Host: "a\x1b[2Jb", Connections: 1}} }, "printable"},
+		{"an egress host with a space", func(r *Report) { r.Egress = []*EgressHost{{Host: "a b", Connections: 1}} }, "printable"},
+		{"an egress host with UTF-8", func(r *Report) { r.Egress = []*EgressHost{{Host: "bücher.example", Connections: 1}} }, "printable"},
+		{"an egress host twice", func(r *Report) {
+			r.Egress = []*EgressHost{{Host: "pypi.org", Connections: 1}, {Host: "pypi.org", Refused: 1}}
+		}, "twice"},
+		{"an egress host with nothing", func(r *Report) { r.Egress = []*EgressHost{{Host: "pypi.org"}} }, "neither"},
+		{"an egress count past the bound", func(r *Report) {
+			r.Egress = []*EgressHost{{Host: "pypi.org", Connections: math.MaxUint64}}
+		}, "connections"},
+		{"egress bytes past the bound", func(r *Report) {
+			r.Egress = []*EgressHost{{Host: "pypi.org", Connections: 1, BytesReceived: math.MaxUint64}}
+		}, "bytes"},
+		{"egress omitted past the bound", func(r *Report) { r.EgressHostsOmitted = math.MaxUint32 }, "egress_hosts_omitted"},
 	}
 	for _, tt := range tests {
 		r := ok()

@@ -18,7 +18,9 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 [ -x /usr/sbin/iptables ] || need+=(iptables)     # the NAT test's firewall rule
 [ -x /usr/sbin/debootstrap ] || need+=(debootstrap) # the sandbox's Debian test image (apt, pip)
 command -v dpkg-deb >/dev/null 2>&1 || need+=(dpkg)  # the package tests' .deb files
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)  # dist's test verifies the units
 command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the dashboard's browser tests
+command -v npm >/dev/null 2>&1 || need+=(npm)  # the CLI agents' npm tarballs (make fixtures: npm pack)
 # HAL's own upload check (scripts/hal_upload_check.py) imports these, with Debian's python3
 /usr/bin/python3 -c 'import aiofiles, tqdm' >/dev/null 2>&1 || need+=(python3-aiofiles python3-tqdm)
 # HeurekaBench's published evaluate_agent_answer.py, run by bench/heureka's comparison test, uses numpy

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/repronet/repronet/bench"
@@ -32,7 +33,13 @@ type Row struct {
 	bench.StatusCounts
 	Correct  int     `json:"correct"`
 	Accuracy float64 `json:"accuracy"`
+	// Reliability holds the reliability measures of the validated units
+	// (a run passes when answered right, PassRule).
+	Reliability *bench.Reliability `json:"reliability,omitempty"`
 }
+
+// PassRule is what a passed run is for the reliability measures.
+const PassRule = "correct"
 
 // Boards builds one Board per variant (in the suite's order) and scoring,
 // rows sorted by accuracy, then agent. An entry of a variant the suite does
@@ -43,6 +50,7 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 	type key struct{ variant, scoring string }
 	var keys []key
 	rows := map[key]map[string]*Row{}
+	outcomes := map[key]map[string][]bench.RunOutcome{}
 	for _, e := range entries {
 		name := fmt.Sprintf("entry %s/%s/%s/%s run %d", e.Suite, e.Variant, e.Agent, e.TaskID, e.Run)
 		if !slices.Contains(s.Variants(), e.Variant) {
@@ -54,7 +62,7 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 		}
 		k := key{e.Variant, scoring}
 		if rows[k] == nil {
-			rows[k] = map[string]*Row{}
+			rows[k], outcomes[k] = map[string]*Row{}, map[string][]bench.RunOutcome{}
 			keys = append(keys, k)
 		}
 		r := rows[k][e.Agent]
@@ -73,6 +81,7 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 			if p.Correct {
 				r.Correct++
 			}
+			outcomes[k][e.Agent] = append(outcomes[k][e.Agent], e.Outcome(p.Correct))
 		}
 	}
 	slices.SortStableFunc(keys, func(a, b key) int {
@@ -86,6 +95,7 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 			if r.Validated > 0 {
 				r.Accuracy = float64(r.Correct) / float64(r.Validated)
 			}
+			r.Reliability = bench.MeasureReliability(PassRule, outcomes[k][r.Agent])
 			b.Rows = append(b.Rows, *r)
 		}
 		slices.SortFunc(b.Rows, func(x, y Row) int {
@@ -118,6 +128,11 @@ func WriteText(w io.Writer, boards []Board) error {
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		for _, r := range b.Rows {
+			if r.Reliability != nil && r.Reliability.Runs > 0 {
+				fmt.Fprintf(w, "%s:\n%s\n", r.Agent, strings.Join(bench.ReliabilityText(r.Reliability, "  "), "\n"))
+			}
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -297,6 +298,26 @@ func TestBoards(t *testing.T) {
 	boards, err := s.Boards(entries)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The reliability measures, checked here, then left out of the
+	// comparison below: the solver's validated runs (errors, mean right;
+	// zero wrong), the wrong agent's one, the flaky agent's none.
+	for _, b := range boards {
+		for i, r := range b.(Board).Rows {
+			rel := r.Reliability
+			switch {
+			case rel == nil || rel.Pass != PassRule:
+				t.Errorf("%s: reliability %+v", r.Agent, rel)
+			case r.Agent == "solver" && b.(Board).Variant == Plain && r.Validated == 3 &&
+				(rel.Runs != 3 || len(rel.PerTask) != 3 || math.Abs(rel.PassAtK[0].Value-2.0/3) > 1e-12 || rel.Consistency != nil):
+				t.Errorf("solver: reliability %+v", rel)
+			case r.Agent == "wrong" && (rel.Runs != 1 || rel.PassAtK[0].Value != 0):
+				t.Errorf("wrong: reliability %+v", rel)
+			case r.Agent == "flaky" && (rel.Runs != 0 || len(rel.PassAtK) != 0):
+				t.Errorf("flaky: reliability %+v", rel)
+			}
+			b.(Board).Rows[i].Reliability = nil
+		}
 	}
 	got, err := json.Marshal(boards)
 	if err != nil {

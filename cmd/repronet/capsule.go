@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -326,18 +327,33 @@ func capsuleGet(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	bar := newProgressBar(stderr, "get "+shortCID(c))
 	start := time.Now()
 	var last capsulestore.Progress
-	err = s.Fetch(ctx, c, func(p capsulestore.Progress) { last = p; bar.update(p) }, capsulestore.WithProviders(provs...))
-	bar.finish()
-	if err != nil {
-		return err
-	}
-	r, err := s.Open(ctx, c)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	if err := dst.write(stdout, func(w io.Writer) error { return copyWhole(w, r) }); err != nil {
-		return fmt.Errorf("get %s: %w", c, err)
+	onProgress := func(p capsulestore.Progress) { last = p; bar.update(p) }
+	if dst.kind == replaceFile {
+		// Fetched straight into the file, each byte written once (the
+		// store keeps the inner nodes and serves the leaves from the file).
+		mode := fs.FileMode(0o644)
+		if fi, err := os.Stat(dst.target); err == nil {
+			mode = fi.Mode().Perm()
+		}
+		err = s.WriteTo(ctx, c, dst.target, onProgress, capsulestore.WithProviders(provs...), capsulestore.WithMode(mode))
+		bar.finish()
+		if err != nil {
+			return fmt.Errorf("get %s: %w", c, err)
+		}
+	} else {
+		err = s.Fetch(ctx, c, onProgress, capsulestore.WithProviders(provs...))
+		bar.finish()
+		if err != nil {
+			return err
+		}
+		r, err := s.Open(ctx, c)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		if err := dst.write(stdout, func(w io.Writer) error { return copyWhole(w, r) }); err != nil {
+			return fmt.Errorf("get %s: %w", c, err)
+		}
 	}
 	if *out != "-" {
 		fmt.Fprintf(stderr, "%s: %s in %s (%s/s from %d peers, %s from the network)\n", *out, capsulestore.FormatBytes(last.Total),

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/repronet/repronet/bench"
 	"github.com/repronet/repronet/bench/corebench/hal"
 	"github.com/repronet/repronet/bench/corebench/leaderboard"
 	hfamily "github.com/repronet/repronet/bench/heureka/family"
@@ -272,6 +273,20 @@ func writeBoardsText(w io.Writer, boards []familyBoard) error {
 			values = append(values, b.value)
 		}
 		if err := t.write(w, values); err != nil {
+			return err
+		}
+	}
+	return writeReliabilityKey(w)
+}
+
+// writeReliabilityKey prints what the reliability lines under the boards
+// mean (bench.ReliabilityKey).
+func writeReliabilityKey(w io.Writer) error {
+	if _, err := fmt.Fprintln(w, "\nkey to the reliability lines:"); err != nil {
+		return err
+	}
+	for _, k := range bench.ReliabilityKey() {
+		if _, err := fmt.Fprintf(w, "  %s: %s\n", k.Name, k.Meaning); err != nil {
 			return err
 		}
 	}

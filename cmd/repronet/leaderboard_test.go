@@ -264,3 +264,48 @@ func TestLeaderboardHALTrajectories(t *testing.T) {
 		t.Errorf("HAL's check accepted an upload without raw_logging_results: %v\n%s", err, msg)
 	}
 }
+
+// TestLeaderboardReliability: `repronet leaderboard` prints each row's
+// reliability measures under its board, and the key to them once; --json
+// passes them as served.
+func TestLeaderboardReliability(t *testing.T) {
+	var entries []leaderboard.Entry
+	sc := corebench.Scoring{Grader: "corebench-original", GraderVersion: "1", StripRule: "original", StripRuleVersion: "1"}
+	// Three runs of two tasks: t1 passes in runs 1 and 3, t2 never.
+	for run := 1; run <= 3; run++ {
+		for _, task := range []string{"capsule-0000001", "capsule-0000002"} {
+			pass := task == "capsule-0000001" && run != 2
+			s := leaderboard.Score{TotalWrittenQuestions: 1, TaskCorrect: pass}
+			if pass {
+				s.CorrectWrittenAnswers = 1
+			}
+			cost := 0.01 * float64(run)
+			entries = append(entries, leaderboard.Entry{Suite: "corebench", Level: "easy", Scoring: sc, Agent: "flaky", TaskID: task, Run: run,
+				Status: leaderboard.Validated, Score: &s, CostUSD: &cost, WallSeconds: 60 * float64(run)})
+		}
+	}
+	srv := fakeCoordinator(t, entries)
+	var out, errOut bytes.Buffer
+	if err := runLeaderboard(context.Background(), []string{"--api", srv.URL, "--family", "corebench"}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	// t1: n=3 c=2, t2: n=3 c=0. pass@1 = (2/3+0)/2, pass@2 = (1+0)/2,
+	// pass^2 = (1/3+0)/2, pass^3 = 0; t2 agrees with itself, t1 does not.
+	for _, want := range []string{"flaky:", "reliability (pass = task_correct; 6 runs of 2 tasks, 3-3 per task)",
+		"pass@1 33.3%  pass@2 50.0%  pass@3 50.0%", "pass^1 33.3%  pass^2 16.7%  pass^3 0.0%",
+		"consistency 50.0% (1 of 2 tasks with 2+ runs agree)", "cost min/median/max $0.0100 / $0.0200 / $0.0300 (6 runs); wall 60s / 120s / 180s (6 runs)",
+		"capsule-0000001 +-+ capsule-0000002 ---", "key to the reliability lines:", "pass^k: chance that all k runs of a task pass"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := runLeaderboard(context.Background(), []string{"--api", srv.URL, "--json", "--family", "corebench"}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	var boards []leaderboard.Board
+	if err := json.Unmarshal(out.Bytes(), &boards); err != nil || len(boards) != 1 || boards[0].Rows[0].Reliability == nil ||
+		len(boards[0].Rows[0].Reliability.PassHatK) != 3 || !strings.Contains(out.String(), `"pass_at_k"`) {
+		t.Fatalf("--json: %v %s", err, out.String())
+	}
+}

@@ -32,7 +32,7 @@ Commands:
   leaderboard   print a coordinator's leaderboards (--api URL): text, --json, or --hal DIR for HAL _UPLOAD.json files
   repro         reproducibility checks: submit TARBALL --spec S --runs K [--wait], status ID, check --spec S RUN_DIR...
   admin         the operator's accounts: groups (quota), submitters, tokens (make, list, revoke)
-  agent         push an agent image for your group (agent push NAME OCI_TARBALL), list them
+  agent         push an agent image for your group (agent push NAME OCI_TARBALL), list them; build a CLI agent's image (agent build claude-code|codex|gemini-cli -o FILE)
   eval          start an evaluation of your agent, watch it (progress, then the board), list them
   attempt       an attempt's logs, trajectory (model calls) and outputs
   node status   a running node's slots, attempts, cache and credit (from its --metrics address)

@@ -24,10 +24,17 @@ import (
 )
 
 func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "status" {
-		return runNodeStatus(ctx, args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "status":
+			return runNodeStatus(ctx, args[1:], stdout, stderr)
+		case "drain", "resume":
+			return runNodeDrain(ctx, args[0], args[1:], stdout, stderr)
+		case "join":
+			return runNodeJoin(ctx, args[1:], stdout, stderr)
+		}
 	}
-	fs := newFlags("node", "node [--config FILE] --coordinator MULTIADDR [flags] | node status [--metrics ADDR]", stderr)
+	fs := newFlags("node", "node [--config FILE] --coordinator MULTIADDR [flags] | node status [--metrics ADDR] | node drain|resume [--control SOCKET] | node join URL|MULTIADDR TOKEN", stderr)
 	configPath := fs.String(configFlag, "", "TOML configuration file holding any of these flags by name (e.g. /etc/repronet/node.toml); flags given here win")
 	dataDir := fs.String("data", defaultDataDir("node"), "data folder: identity key, capsule cache, report outbox, and the sandbox's state (attempts' workspace images, in DATA/sandbox)")
 	diskReserve := byteSize(node.DefaultDiskReserve)
@@ -59,6 +66,8 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Var(&mirrors, "registry-mirror", "REGISTRY=URL, repeatable: a mirror tried first for images of that registry (e.g. docker.io=http://mirror.lan:5000); its host and port are allowed too")
 	fs.Var(&baseImages, "base-image", "OCI image-layout tarball, repeatable: imported at start under the names it carries, so that environments built FROM them need no pull (an offline node)")
 	fs.Var(&permits, "egress-permit", "IPv4 or IPv6 prefix, repeatable: an address the node's egress proxy (jobs' and registry pulls') may reach although it is not public, e.g. a mirror on your LAN (10.0.0.5/32)")
+	drainGrace := fs.Duration("drain-grace", node.DefaultDrainGrace, "on SIGTERM (or repronet node drain) the node takes no new work and lets running attempts finish for this long, then hands the rest back to their coordinators (which requeue them at once, charging the node nothing); keep it under the service's stop timeout")
+	control := fs.String("control", "", "unix socket of the node's local control (repronet node drain, resume, status), mode 0600 (default DATA/control.sock; \"off\": none)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics, the node's status at /status (JSON, read by repronet node status) and a status page at / (e.g. 127.0.0.1:9101; default: off), within the --http-* limits")
 	httpLimits := httpLimitFlags(fs)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -144,7 +153,8 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		mux.Handle("GET /metrics", nd.MetricsHandler())
 		mux.Handle("GET /status", nd.StatusHandler())
 		mux.Handle("GET /{$}", nd.StatusPage())
-		srv, err := httpserve.Start(ctx, *metricsAddr, mux, limits, log)
+		// Served while the node drains, after the stop signal.
+		srv, err := httpserve.Start(context.WithoutCancel(ctx), *metricsAddr, mux, limits, log)
 		if err != nil {
 			nd.Close()
 			return fmt.Errorf("--metrics %s: %w", *metricsAddr, err)
@@ -152,8 +162,20 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		defer srv.Close()
 		log.Info("metrics listening", "url", "http://"+srv.Addr().String()+"/metrics", "max_conns", srv.Limits().MaxConns)
 	}
+	if *control != "off" {
+		path := cmpOr(*control, filepath.Join(*dataDir, controlSocket))
+		stopControl, err := serveControl(path, nd.ControlHandler(*drainGrace), log)
+		if err != nil {
+			nd.Close()
+			return fmt.Errorf("--control %s: %w", path, err)
+		}
+		defer stopControl()
+	}
 	<-ctx.Done()
-	log.Info("node stopping")
+	// Leave politely: no new work, running attempts finish within the
+	// grace, the rest is handed back. A second signal ends the process.
+	log.Info("node stopping: draining first", "grace", *drainGrace)
+	nd.Drain(context.Background(), *drainGrace)
 	return nd.Close()
 }
 

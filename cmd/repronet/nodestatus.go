@@ -57,6 +57,9 @@ func writeNodeStatus(w io.Writer, st node.Status) {
 	mib := func(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
 	fmt.Fprintf(w, "node %s\n", st.Peer)
 	fmt.Fprintf(w, "slots: %d free of %d; outbox: %d report(s)", st.FreeSlots, st.TotalSlots, st.Outbox)
+	if st.Draining {
+		fmt.Fprint(w, "; draining: no new work (repronet node resume to take work again)")
+	}
 	if st.Unsaved > 0 {
 		fmt.Fprintf(w, " (%d held in memory: the data folder is full)", st.Unsaved)
 	}

@@ -253,7 +253,8 @@ func stamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04")
 }
 
-const agentUsage = `agent push NAME OCI_TARBALL [--model M] [--deterministic] [--not-replayable] | agent ls`
+const agentUsage = `agent push NAME OCI_TARBALL [--model M] [--deterministic] [--not-replayable] | agent ls
+       ` + agentBuildSynopsis
 
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var model string
@@ -293,6 +294,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stdout, "agent %s pushed for group %s: %d bytes, sha256 %s, cid %s\n", ag.Name, ag.Group, ag.Size, ag.SHA256, ag.CID)
 			return nil
 		},
+		"build": func(args []string) error { return runAgentBuild(ctx, args, stdout, stderr) },
 		"ls": func(args []string) error {
 			c, f, _, err := peopleFlags("agent ls", "agent ls", args, 0, stderr, nil)
 			if err != nil {
@@ -545,7 +547,7 @@ func writeEvalResults(w io.Writer, d dashboard.EvaluationDetail) {
 	}
 }
 
-const attemptUsage = `attempt ls --eval ID | attempt logs ID | attempt trajectory ID | attempt outputs ID [--get PATH [-o FILE]]`
+const attemptUsage = `attempt ls --eval ID | attempt logs ID | attempt egress ID | attempt trajectory ID | attempt outputs ID [--get PATH [-o FILE]]`
 
 func runAttempt(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var eval, get, out string
@@ -597,6 +599,21 @@ func runAttempt(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			fmt.Fprintf(stdout, "\n--- stdout\n%s\n--- stderr\n%s\n", strings.TrimRight(l.Stdout, "\n"), strings.TrimRight(l.Stderr, "\n"))
 			return nil
 		},
+		"egress": func(args []string) error {
+			c, f, pos, err := peopleFlags("attempt egress", "attempt egress ID", args, 1, stderr, nil)
+			if err != nil {
+				return err
+			}
+			var e coordinator.EgressView
+			if err := c.get(ctx, "/api/attempts/"+url.PathEscape(pos[0])+"/egress", &e); err != nil {
+				return err
+			}
+			if *f.asJSON {
+				return printJSON(stdout, e)
+			}
+			writeEgress(stdout, e)
+			return nil
+		},
 		"trajectory": func(args []string) error {
 			c, f, pos, err := peopleFlags("attempt trajectory", "attempt trajectory ID", args, 1, stderr, nil)
 			if err != nil {
@@ -646,6 +663,24 @@ func runAttempt(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		},
 	}
 	return subcommands("attempt", attemptUsage, args, stderr, cmds)
+}
+
+// writeEgress prints an attempt's egress record as a table.
+func writeEgress(w io.Writer, e coordinator.EgressView) {
+	if len(e.Hosts) == 0 {
+		fmt.Fprintf(w, "no host reached or refused (%d refusals in all)\n", e.Refused)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tCONNECTIONS\tREFUSED\tFAILED\tSENT\tRECEIVED")
+	for _, h := range e.Hosts {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", h.Host, h.Connections, h.Refused, h.Failed, h.BytesSent, h.BytesReceived)
+	}
+	tw.Flush()
+	if e.Omitted > 0 {
+		fmt.Fprintf(w, "%d more hosts left out by the node\n", e.Omitted)
+	}
+	fmt.Fprintf(w, "%d refusals in all\n", e.Refused)
 }
 
 // escapePath escapes each segment of a slash-separated path.

@@ -158,6 +158,9 @@ const (
 	// requeueRevoked: the node was quarantined; the cross-check already
 	// counts the job as queued.
 	requeueRevoked
+	// requeueHandedBack: the node gave the attempt back (it is stopping);
+	// nothing counts against it, but the attempt keeps off it a while.
+	requeueHandedBack
 	// requeueModel: the agent could not reach its model for the
 	// coordinator's reasons; charged to nobody.
 	requeueModel
@@ -189,6 +192,11 @@ func (s *State) requeue(a *Attempt, kind requeueKind, why string) {
 		if !slices.Contains(a.Avoid, node) {
 			a.Avoid = append(a.Avoid, node)
 		}
+	case requeueHandedBack:
+		if a.AvoidUntil == nil {
+			a.AvoidUntil = make(map[string]time.Time)
+		}
+		a.AvoidUntil[node] = s.now.Add(s.cfg.AvoidAfterLeaseLoss)
 	case requeueLeaseLost:
 		a.LeaseLosses++
 		if a.AvoidUntil == nil {

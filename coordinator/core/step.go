@@ -126,6 +126,8 @@ func (s *State) Step(now time.Time, ev Event) Effects {
 		s.offerAnswered(e)
 	case Renewal:
 		s.renewal(e)
+	case HandBack:
+		s.handBack(e)
 	case ReportArrived:
 		s.reportArrived(e)
 	case Scored:
@@ -184,6 +186,7 @@ func (s *State) applyEffects(eff crosscheck.Effects, units ...string) {
 				}
 			}
 		}
+		s.revokeReplays(q)
 	}
 	for _, ref := range eff.Revoke {
 		touched[ref.Work] = true

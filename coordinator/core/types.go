@@ -289,13 +289,15 @@ type NodeRecord struct {
 	// LeaseLost leases that ran out or died with the node process;
 	// Declined offers declined for a lasting reason; InfraErrors
 	// infrastructure failures reported; LateReports reports that arrived
-	// after the attempt had been counted from another node.
+	// after the attempt had been counted from another node; HandedBack
+	// attempts the node gave back unfinished as it stopped (never charged).
 	Assigned      int `json:"assigned"`
 	Completed     int `json:"completed"`
 	LeaseLost     int `json:"lease_lost"`
 	Declined      int `json:"declined"`
 	InfraErrors   int `json:"infra_errors"`
 	LateReports   int `json:"late_reports"`
+	HandedBack    int `json:"handed_back,omitempty"`
 	ConsecutiveOK int `json:"consecutive_ok"`
 	// Allowance bounds the attempts the node may hold at once.
 	Allowance lease.Allowance `json:"allowance,omitzero"`

@@ -52,6 +52,12 @@ type Spec struct {
 	Files []ociimage.File
 	// Config is the image's configuration.
 	Config ociimage.Config
+	// Extra, when set, adds to the root file system after Files, before
+	// it is packed: what is too big to hold in memory (an npm package's
+	// native binary, agents/cli). root is the copy's path on the host;
+	// Extra must make new files only, never write through one that is
+	// there (they are hard links into the cache).
+	Extra func(root string) error
 }
 
 // Builder makes images.
@@ -94,6 +100,11 @@ func (b Builder) Build(ctx context.Context, tarball string, spec Spec) error {
 	}
 	if err := addFiles(tree, spec.Files); err != nil {
 		return fmt.Errorf("debimage: image %s: %w", spec.Ref, err)
+	}
+	if spec.Extra != nil {
+		if err := spec.Extra(tree); err != nil {
+			return fmt.Errorf("debimage: image %s: %w", spec.Ref, err)
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(tarball), 0o755); err != nil {
 		return fmt.Errorf("debimage: %w", err)

@@ -239,7 +239,9 @@ func parseAnthropic(body []byte, needMax bool) (Request, error) {
 		req.Messages = append(req.Messages, Message{Role: "system", Text: text})
 	}
 	for i, m := range b.Messages {
-		if m.Role != "user" && m.Role != "assistant" {
+		// Claude Code sends system messages among the others (its
+		// environment, reminders); they are system messages here.
+		if m.Role != "user" && m.Role != "assistant" && m.Role != "system" {
 			return Request{}, fmt.Errorf("messages request: messages[%d]: unknown role %q", i, m.Role)
 		}
 		text, calls, results, err := anthropicBlocks(m.Content)

@@ -96,6 +96,8 @@ type Proxy struct {
 	onRefuse func(Refusal)
 	maxConns int
 	log      *slog.Logger
+	// kept holds the egress records of closed sessions until taken.
+	kept kept
 }
 
 // maxLoggedRefusals is how many refusals of one attempt are logged one by
@@ -171,6 +173,8 @@ type Session struct {
 
 	refused atomic.Uint64
 	conns   chan struct{} // a slot per open client connection
+	rec     recorder
+	active  sync.WaitGroup // tunnels being spliced
 
 	mu      sync.Mutex
 	tunnels map[net.Conn]bool // hijacked client and upstream connections
@@ -226,8 +230,12 @@ func (s *Session) Addr() net.Addr { return s.ln.Addr() }
 // Refused is how many requests and connections were refused so far.
 func (s *Session) Refused() uint64 { return s.refused.Load() }
 
+// Record is the session's egress record so far (complete once closed).
+func (s *Session) Record() Record { return s.rec.record() }
+
 // Close stops the session: the listener, every client connection and
 // tunnel, the upstream connections. It returns Refused() and is idempotent.
+// The Proxy keeps the session's Record for TakeRecord.
 func (s *Session) Close() uint64 {
 	s.mu.Lock()
 	first := !s.closed
@@ -241,7 +249,9 @@ func (s *Session) Close() uint64 {
 			_ = c.Close()
 		}
 		<-s.done
+		s.active.Wait() // their bytes are counted
 		s.tr.CloseIdleConnections()
+		s.p.kept.put(s.attempt, s.rec.record())
 		if n := s.refused.Load(); n > 0 {
 			s.log.Info("egress proxy closed", "refused", n)
 		}
@@ -264,7 +274,7 @@ func (l *sessionListener) Accept() (net.Conn, error) {
 		}
 		from, _ := netip.ParseAddrPort(c.RemoteAddr().String())
 		if l.s.client.IsValid() && from.Addr().Unmap() != l.s.client {
-			l.s.refuse(Refusal{Host: from.Addr().String(), Reason: "connection from outside the attempt"})
+			l.s.refuseAs(Refusal{Host: from.Addr().String(), Reason: "connection from outside the attempt"}, "") // not the attempt's
 			c.Close()
 			continue
 		}
@@ -272,7 +282,8 @@ func (l *sessionListener) Accept() (net.Conn, error) {
 		case l.s.conns <- struct{}{}:
 			return c, nil
 		default:
-			l.s.refuse(Refusal{Host: from.Addr().String(), Reason: fmt.Sprintf("more than %d connections at once", cap(l.s.conns))})
+			l.s.refuseAs(Refusal{Host: from.Addr().String(), Reason: fmt.Sprintf("more than %d connections at once", cap(l.s.conns))},
+				ConnectionLimitHost)
 			c.Close()
 		}
 	}
@@ -288,7 +299,14 @@ func (e *refusedError) Error() string {
 	return fmt.Sprintf("egress: %s:%d: %s", e.r.Host, e.r.Port, e.r.Reason)
 }
 
-func (s *Session) refuse(r Refusal) {
+// refuse counts a refusal of a request for r.Host.
+func (s *Session) refuse(r Refusal) { s.refuseAs(r, r.Host) }
+
+// refuseAs counts a refusal, in the record under host ("": not there).
+func (s *Session) refuseAs(r Refusal, host string) {
+	if host != "" {
+		s.rec.count(host, refusals, 1)
+	}
 	r.Attempt = s.attempt
 	n := s.refused.Add(1)
 	if n <= maxLoggedRefusals {
@@ -427,6 +445,14 @@ func (s *Session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "egress proxy: refused: "+ref.Reason, http.StatusForbidden)
 		return
 	}
+	counts := s.rec.of(host)
+	if counts == nil {
+		counts = &hostCounts{} // past the tracked hosts: counted as omitted
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = countingReader{r: r.Body, n: &counts.sent}
+	}
+	var failed bool
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL = pr.In.URL
@@ -436,18 +462,25 @@ func (s *Session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		},
 		Transport: s.rt,
 		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+		// w, not the counting writer: the proxy's own answers are not the
+		// host's bytes.
+		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {
+			failed = true
 			var re *refusedError
 			if errors.As(err, &re) {
 				s.refuse(re.r)
 				http.Error(w, "egress proxy: refused: "+re.r.Reason, http.StatusForbidden)
 				return
 			}
+			counts.failed.Add(1)
 			s.log.Debug("egress upstream failed", "url", r.URL.String(), "err", err)
 			http.Error(w, "egress proxy: upstream failed: "+err.Error(), http.StatusBadGateway)
 		},
 	}
-	rp.ServeHTTP(w, r)
+	rp.ServeHTTP(countingResponse{ResponseWriter: w, n: &counts.received}, r)
+	if !failed {
+		counts.connections.Add(1)
+	}
 }
 
 // tunnel serves CONNECT host:port: a byte stream to the checked address,
@@ -467,6 +500,7 @@ func (s *Session) tunnel(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "egress proxy: refused: "+re.r.Reason, http.StatusForbidden)
 			return
 		}
+		s.rec.count(host, failures, 1)
 		s.log.Debug("egress tunnel failed", "host", host, "port", port, "err", err)
 		http.Error(w, "egress proxy: "+err.Error(), http.StatusBadGateway)
 		return
@@ -489,22 +523,28 @@ func (s *Session) tunnel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.untrack(client, up)
+	counts := s.rec.of(host)
+	if counts == nil {
+		counts = &hostCounts{} // past the tracked hosts: counted as omitted
+	}
+	counts.connections.Add(1)
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	splice(client, buf.Reader, up)
+	splice(countingWriter{w: client, n: &counts.received}, client, buf.Reader, countingWriter{w: up, n: &counts.sent}, up)
 }
 
-// splice copies both ways until either side ends, then closes both.
-func splice(client net.Conn, pending *bufio.Reader, up net.Conn) {
+// splice copies both ways until either side ends, then closes both;
+// toClient and toUp write to client and up (counting what passes).
+func splice(toClient io.Writer, client net.Conn, pending *bufio.Reader, toUp io.Writer, up net.Conn) {
 	done := make(chan struct{}, 2)
 	go func() {
-		_, _ = io.Copy(up, pending) // what the client sent after the head, then the rest
+		_, _ = io.Copy(toUp, pending) // what the client sent after the head, then the rest
 		closeWrite(up)
 		done <- struct{}{}
 	}()
 	go func() {
-		_, _ = io.Copy(client, up)
+		_, _ = io.Copy(toClient, up)
 		closeWrite(client)
 		done <- struct{}{}
 	}()
@@ -527,6 +567,7 @@ func (s *Session) track(cs ...net.Conn) bool {
 	for _, c := range cs {
 		s.tunnels[c] = true
 	}
+	s.active.Add(1)
 	return true
 }
 
@@ -539,6 +580,7 @@ func (s *Session) untrack(cs ...net.Conn) {
 	for _, c := range cs {
 		_ = c.Close()
 	}
+	s.active.Done()
 }
 
 // splitHostPort splits "host[:port]" (an IPv6 literal in brackets), with

@@ -321,7 +321,7 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 func Entries(entries []bench.Entry) ([]leaderboard.Entry, error) {
 	out := make([]leaderboard.Entry, 0, len(entries))
 	for _, e := range entries {
-		le := leaderboard.Entry{Suite: e.Suite, Level: e.Variant, Agent: e.Agent, Model: e.Model, TaskID: e.TaskID, Run: e.Run,
+		le := leaderboard.Entry{Suite: e.Suite, Level: e.Variant, Agent: e.Agent, Model: e.Model, TaskID: e.TaskID, Run: e.Run, Eval: e.Eval,
 			Status: e.Status, CostUSD: e.CostUSD, CPUSeconds: e.CPUSeconds, WallSeconds: e.WallSeconds,
 			Started: e.Started, Finished: e.Finished, Verification: e.Verification}
 		if len(e.Scoring) > 0 {

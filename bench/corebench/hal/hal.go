@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/repronet/repronet/bench"
 	"github.com/repronet/repronet/bench/corebench"
 	"github.com/repronet/repronet/bench/corebench/leaderboard"
 	"github.com/repronet/repronet/internal/pystr"
@@ -102,6 +103,11 @@ type Provenance struct {
 	// raw_logging_results, their usage is not in total_usage, and their
 	// latency is the attempt's.
 	NoTrajectory []string `json:"no_trajectory"`
+	// Reliability is not per run: the reliability measures of every
+	// validated run of the agent (and model) at this level and scoring
+	// (leaderboard.Row.Reliability), the same in each of its runs'
+	// uploads: pass@k, pass^k, consistency, spreads, per-task runs.
+	Reliability *bench.Reliability `json:"reliability"`
 }
 
 // Trajectory is one validated run's model calls as HAL counts them (the
@@ -253,14 +259,32 @@ func Export(entries []leaderboard.Entry, opts Options) ([]Upload, []error) {
 		}
 		evals[ak][k.eval] = true
 	}
+	// The reliability measures are the board row's: every run of every
+	// evaluation of the agent and model at the level and scoring.
+	type rowKey struct {
+		suite, level string
+		scoring      corebench.Scoring
+		agent, model string
+	}
+	outcomes := map[rowKey][]bench.RunOutcome{}
+	for _, k := range keys {
+		rk := rowKey{k.suite, k.level, k.scoring, k.agent, k.model}
+		for _, e := range groups[k] {
+			if e.Status == leaderboard.Validated {
+				outcomes[rk] = append(outcomes[rk], bench.RunOutcome{Task: e.TaskID, Eval: e.Eval, Run: e.Run, Pass: e.Score.TaskCorrect,
+					CostUSD: e.CostUSD, WallSeconds: e.WallSeconds})
+			}
+		}
+	}
 	out := make([]Upload, 0, len(keys))
 	for _, k := range keys {
 		es := groups[k]
+		reliability := bench.MeasureReliability(leaderboard.PassRule, outcomes[rowKey{k.suite, k.level, k.scoring, k.agent, k.model}])
 		slices.SortFunc(es, func(a, b leaderboard.Entry) int { return cmp.Compare(a.TaskID, b.TaskID) })
-		bench := BenchmarkName(k.level)
+		benchName := BenchmarkName(k.level)
 		u := Upload{
-			Config: Config{AgentName: k.agent, BenchmarkName: bench,
-				RunID:     fmt.Sprintf("%s%s_%s_%srun%d", opts.RunIDPrefix, sanitize(k.agent), bench, evalPart(k.eval, len(evals[[2]string{k.agent, k.level}])), k.run),
+			Config: Config{AgentName: k.agent, BenchmarkName: benchName,
+				RunID:     fmt.Sprintf("%s%s_%s_%srun%d", opts.RunIDPrefix, sanitize(k.agent), benchName, evalPart(k.eval, len(evals[[2]string{k.agent, k.level}])), k.run),
 				AgentArgs: map[string]any{}},
 			Results:           Results{SuccessfulTasks: []string{}, FailedTasks: []string{}, Latencies: map[string]Latency{}},
 			RawEvalResults:    map[string]RawEval{},
@@ -269,7 +293,7 @@ func Export(entries []leaderboard.Entry, opts Options) ([]Upload, []error) {
 			WallClockTimes:    map[string]float64{},
 			Repronet: Provenance{Suite: k.suite, Level: k.level, Scoring: k.scoring, Model: k.model, Run: k.run, Eval: k.eval,
 				Unvalidated: []string{}, Inconsistent: []string{}, InfraFailures: []string{}, Pending: []string{}, CostComplete: true,
-				NoTrajectory: []string{}},
+				NoTrajectory: []string{}, Reliability: reliability},
 		}
 		for name, v := range opts.AgentArgs[k.agent] {
 			u.Config.AgentArgs[name] = v

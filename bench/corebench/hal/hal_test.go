@@ -119,6 +119,12 @@ func TestExportMatchesLeaderboard(t *testing.T) {
 	}
 	if slices.Min(accs) != row.AccuracyMin || slices.Max(accs) != row.AccuracyMax || (accs[0]+accs[1]+accs[2])/3 != row.Accuracy {
 		t.Errorf("HAL per-run %v, leaderboard %v [%v, %v]", accs, row.Accuracy, row.AccuracyMin, row.AccuracyMax)
+	} // Each run's upload carries the row's reliability measures, over all
+	// three runs.
+	for _, u := range ups {
+		if !reflect.DeepEqual(u.Repronet.Reliability, row.Reliability) || u.Repronet.Reliability.Runs != 21 {
+			t.Errorf("run %d: reliability %+v, want the board row's %+v", u.Repronet.Run, u.Repronet.Reliability, row.Reliability)
+		}
 	}
 }
 

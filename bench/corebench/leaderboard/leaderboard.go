@@ -162,7 +162,20 @@ type Row struct {
 	// others are shown as unverified.
 	Sampled        int `json:"sampled,omitempty"`
 	ReplayVerified int `json:"replay_verified,omitempty"`
+	// Unbound counts the runs whose answers were found in no model output
+	// or tool result of their trajectory (the agent's doing unless replays
+	// show otherwise): counted as attempted, never as correct.
+	Unbound int `json:"unbound,omitempty"`
+	// Reliability holds the reliability measures of the validated
+	// attempts (bench.MeasureReliability; a run passes when the task is
+	// correct, PassRule): pass@k, pass^k, consistency, cost and wall-time
+	// spreads, and which runs of each task passed.
+	Reliability *bench.Reliability `json:"reliability,omitempty"`
 }
+
+// PassRule is what a passed run is for the reliability measures: the
+// task correct (every question right), as HAL's accuracy counts it.
+const PassRule = "task_correct"
 
 // Board is one leaderboard: a suite, a level and one scoring. Rows are
 // sorted by accuracy (best first), then agent and model.
@@ -202,6 +215,7 @@ func Build(entries []Entry) ([]Board, []error) {
 	var errs []error
 	rows := map[rowKey]*Row{}
 	runs := map[rowKey]map[runKey]*runAcc{}
+	outcomes := map[rowKey][]bench.RunOutcome{}
 	for _, e := range entries {
 		if err := e.Validate(); err != nil {
 			errs = append(errs, err)
@@ -235,27 +249,33 @@ func Build(entries []Entry) ([]Board, []error) {
 				r.ReplayVerified++
 			}
 		}
+		unbound := e.Verification == "unbound" || e.Verification == "forged"
+		if unbound {
+			r.Unbound++
+		}
 		ra := runs[k][runKey{e.Eval, e.Run}]
 		if ra == nil {
 			ra = &runAcc{costKnown: true}
 			runs[k][runKey{e.Eval, e.Run}] = ra
 		}
 		s := *e.Score
+		outcomes[k] = append(outcomes[k], bench.RunOutcome{Task: e.TaskID, Eval: e.Eval, Run: e.Run, Pass: s.TaskCorrect && !unbound, CostUSD: e.CostUSD,
+			WallSeconds: e.WallSeconds})
 		ra.tasks++
 		r.Tasks++
-		if s.TaskCorrect {
+		if s.TaskCorrect && !unbound {
 			ra.correct++
 			r.Correct++
 		}
 		if s.TotalWrittenQuestions > 0 {
 			ra.wN++
-			if s.WrittenCorrect() {
+			if s.WrittenCorrect() && !unbound {
 				ra.wOK++
 			}
 		}
 		if s.TotalVisionQuestions > 0 {
 			ra.vN++
-			if s.VisionCorrect() {
+			if s.VisionCorrect() && !unbound {
 				ra.vOK++
 			}
 		}
@@ -270,6 +290,7 @@ func Build(entries []Entry) ([]Board, []error) {
 	boards := map[boardKey]*Board{}
 	for k, r := range rows {
 		finishRow(r, runs[k])
+		r.Reliability = bench.MeasureReliability(PassRule, outcomes[k])
 		b := boards[k.board]
 		if b == nil {
 			b = &Board{Family: "corebench", Suite: k.board.suite, Level: k.board.level, Scoring: k.board.scoring}

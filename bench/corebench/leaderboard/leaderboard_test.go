@@ -2,9 +2,11 @@ package leaderboard
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/repronet/repronet/bench"
 	"github.com/repronet/repronet/bench/corebench"
 )
 
@@ -150,9 +152,11 @@ func TestWriteText(t *testing.T) {
 	}
 	// The row's last columns: 1 infra failed, 1 awaiting cross-check (its
 	// unvalidated task), 0 pending, as the row's fields say.
+	// (The reliability lines follow the table.)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if f := strings.Fields(lines[len(lines)-1]); len(f) < 3 || f[len(f)-3] != "1" || f[len(f)-2] != "1" || f[len(f)-1] != "0" {
-		t.Errorf("row %q: want infra failed 1, awaiting cross-check 1, pending 0", lines[len(lines)-1])
+	row := lines[slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "A ") })]
+	if f := strings.Fields(row); len(f) < 3 || f[len(f)-3] != "1" || f[len(f)-2] != "1" || f[len(f)-1] != "0" {
+		t.Errorf("row %q: want infra failed 1, awaiting cross-check 1, pending 0", row)
 	}
 	b.Reset()
 	WriteText(&b, nil)
@@ -214,6 +218,70 @@ func TestBuildSamples(t *testing.T) {
 	}
 }
 
+// TestBuildUnbound: a run whose answers are bound to nothing in its
+// trajectory (the agent's doing: docs/verification.md) counts as
+// attempted and never as correct, and the row says how many.
+func TestBuildUnbound(t *testing.T) {
+	with := func(e Entry, v string) Entry { e.Verification = v; return e }
+	boards, errs := Build([]Entry{
+		with(entry("A", "t1", 1, Validated, score(1, 1, 0, 0)), "verified"),
+		with(entry("A", "t1", 2, Validated, score(1, 1, 0, 0)), "unbound"),
+	})
+	if len(errs) != 0 || len(boards) != 1 || len(boards[0].Rows) != 1 {
+		t.Fatalf("boards %+v, errors %v", boards, errs)
+	}
+	r := boards[0].Rows[0]
+	if r.Runs != 2 || r.Correct != 1 || r.Unbound != 1 || !approx(r.Accuracy, 0.5) {
+		t.Fatalf("row %+v: want 2 runs, 1 correct, 1 unbound", r)
+	}
+}
+
+// TestBuildReliability: a row's reliability measures count its validated
+// attempts only, a run passing when the task is correct.
+func TestBuildReliability(t *testing.T) {
+	entries := []Entry{
+		entry("A", "t1", 1, Validated, score(1, 1, 1, 1)),
+		entry("A", "t1", 2, Validated, score(1, 1, 1, 1)),
+		entry("A", "t1", 3, Validated, score(0, 1, 1, 1)),
+		entry("A", "t2", 1, Validated, score(0, 2, 0, 0)),
+		entry("A", "t2", 2, Validated, score(1, 2, 0, 0)),
+		entry("A", "t2", 3, Inconsistent, nil), // never counted
+		entry("A", "t3", 1, InfraFailed, nil),
+	}
+	entries[1].WallSeconds, entries[2].WallSeconds = 300, 200
+	boards, errs := Build(entries)
+	if len(errs) != 0 || len(boards) != 1 || len(boards[0].Rows) != 1 {
+		t.Fatalf("boards %+v errs %v", boards, errs)
+	}
+	r := boards[0].Rows[0].Reliability
+	if r == nil || r.Pass != PassRule || r.Tasks != 2 || r.Runs != 5 || r.MinRuns != 2 || r.MaxRuns != 3 {
+		t.Fatalf("reliability %+v", r)
+	}
+	// t1: n=3 c=2; t2: n=2 c=0.
+	if !approx(r.PassAtK[0].Value, (2.0/3+0)/2) || !approx(r.PassAtK[1].Value, (1+0)/2.0) || r.PassAtK[2].Tasks != 1 ||
+		!approx(r.PassAtK[2].Value, 1) {
+		t.Errorf("pass@k %+v", r.PassAtK)
+	}
+	if !approx(r.PassHatK[1].Value, (1.0/3+0)/2) || !approx(r.PassHatK[2].Value, 0) {
+		t.Errorf("pass^k %+v", r.PassHatK)
+	}
+	if r.Consistency == nil || !approx(*r.Consistency, 0.5) {
+		t.Errorf("consistency %v, want t2 consistent, t1 not", r.Consistency)
+	}
+	if w := r.PerTask[0].WallSeconds; w.Min != 100 || w.Median != 200 || w.Max != 300 {
+		t.Errorf("t1 wall spread %+v", w)
+	}
+	var text strings.Builder
+	if err := WriteText(&text, boards); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"A (gpt-x):", "pass@1 33.3%", "pass^2 16.7%", "pass@3 100.0% (1 tasks)", "consistency 50.0% (1 of 2", "t1 ++- t2 --"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("%q not in\n%s", want, text.String())
+		}
+	}
+}
+
 // TestTwoEvaluationsTwoRuns: two evaluations of an agent both number their
 // runs from 1; their run 1 are two runs (accuracy per run, then the
 // mean), never one run of both evaluations' tasks.
@@ -228,5 +296,11 @@ func TestTwoEvaluationsTwoRuns(t *testing.T) {
 	// ev-1's run 1: 2/2; ev-2's run 1: 0/1; mean 50%, range 0-100%.
 	if r := boards[0].Rows[0]; r.Runs != 2 || r.Accuracy != 0.5 || r.AccuracyMin != 0 || r.AccuracyMax != 1 || *r.CostUSD != 0.75 {
 		t.Fatalf("row %+v", r)
+	}
+	// t1's two runs, one of each evaluation, disagree; each is its own.
+	rel := boards[0].Rows[0].Reliability
+	if rel.Runs != 3 || rel.MaxRuns != 2 || rel.Consistency == nil || *rel.Consistency != 0 || len(rel.PerTask[0].Runs) != 2 ||
+		rel.PerTask[0].Runs[0] != (bench.RunPass{Eval: "ev-1", Run: 1, Pass: true}) || rel.PerTask[0].Runs[1] != (bench.RunPass{Eval: "ev-2", Run: 1}) {
+		t.Fatalf("reliability %+v", rel)
 	}
 }

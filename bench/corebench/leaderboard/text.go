@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/repronet/repronet/bench"
 )
 
 // WriteText prints boards as aligned text tables: one per suite, level
@@ -41,6 +43,26 @@ func WriteText(w io.Writer, boards []Board) error {
 				r.Runs, validated(r), replayVerified(r), r.Inconsistent, r.InfraFailures, r.Unvalidated, r.Pending)
 		}
 		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if err := writeReliability(w, b.Rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeReliability prints each row's reliability measures under a board.
+func writeReliability(w io.Writer, rows []Row) error {
+	for _, r := range rows {
+		if r.Reliability == nil || r.Reliability.Runs == 0 {
+			continue
+		}
+		model := ""
+		if r.Model != "" {
+			model = " (" + r.Model + ")"
+		}
+		if _, err := fmt.Fprintf(w, "%s%s:\n%s\n", r.Agent, model, strings.Join(bench.ReliabilityText(r.Reliability, "  "), "\n")); err != nil {
 			return err
 		}
 	}

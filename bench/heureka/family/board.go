@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/repronet/repronet/bench"
@@ -43,7 +44,19 @@ type Row struct {
 	// AgentCostUSD is the agent's model cost of the validated units, when
 	// metered.
 	AgentCostUSD *float64 `json:"agent_cost_usd,omitempty"`
+	// Reliability holds the reliability measures of the validated units
+	// under the board's grader (PassRule says when a run passed).
+	Reliability *bench.Reliability `json:"reliability,omitempty"`
 }
+
+// The pass rules of the reliability measures: an MCQ run passes when its
+// letters are exactly the gold's under the board's grader, an OEQ run
+// when the judge rated it at least OEQPassRating of 5.
+const (
+	MCQPassRule   = "exact"
+	OEQPassRating = 4
+	OEQPassRule   = "rating>=4"
+)
 
 // MCQRow is heureka.AggregateMCQ's metrics over the validated units.
 type MCQRow struct {
@@ -148,6 +161,7 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 				if err := a.add(pub, g); err != nil {
 					return nil, fmt.Errorf("%s: %w", name, err)
 				}
+				a.runs = append(a.runs, e.Outcome(a.passed(pub)))
 				if e.CostUSD != nil {
 					c := *e.CostUSD
 					if r.AgentCostUSD != nil {
@@ -195,6 +209,11 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 				r.OEQ = &OEQRow{Questions: sum.Questions, Mean: sum.Mean, Weighted: sum.Weighted, Plain: sum.Plain,
 					Unanswered: sum.Unanswered, Mode: sum.Mode}
 			}
+			rule := MCQPassRule
+			if k.kind == KindOEQ {
+				rule = OEQPassRule
+			}
+			r.Reliability = bench.MeasureReliability(rule, a.runs)
 			b.Rows = append(b.Rows, *r)
 		}
 		slices.SortFunc(b.Rows, func(x, y Row) int { return cmp.Or(cmp.Compare(y.score(), x.score()), cmp.Compare(x.Agent, y.Agent)) })
@@ -208,9 +227,19 @@ const maxPredicted = 1 << 10
 
 // acc accumulates one agent's row of a board.
 type acc struct {
-	row *Row
-	mcq []heureka.MCQOutcome
-	oeq []heureka.OEQScore
+	row  *Row
+	mcq  []heureka.MCQOutcome
+	oeq  []heureka.OEQScore
+	runs []bench.RunOutcome
+}
+
+// passed says whether the unit add last counted passed (its pass rule).
+func (a *acc) passed(pub Public) bool {
+	if pub.Kind == KindMCQ {
+		return a.mcq[len(a.mcq)-1].Exact
+	}
+	o := a.oeq[len(a.oeq)-1]
+	return !o.Unanswered && o.Rating >= OEQPassRating
 }
 
 // add counts one validated unit's public score under grader g.
@@ -287,6 +316,11 @@ func WriteText(w io.Writer, boards []Board) error {
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		for _, r := range b.Rows {
+			if r.Reliability != nil && r.Reliability.Runs > 0 {
+				fmt.Fprintf(w, "%s:\n%s\n", r.Agent, strings.Join(bench.ReliabilityText(r.Reliability, "  "), "\n"))
+			}
 		}
 	}
 	return nil

@@ -381,10 +381,16 @@ func TestBoards(t *testing.T) {
 				!near(r.MCQ.MicroPrecision, 2.0/3) || !near(r.MCQ.MicroRecall, 2.0/3) || fb.Origin != heureka.OriginPublished {
 				t.Errorf("published: %+v (%s)", r.MCQ, fb.Origin)
 			}
+			if rel := r.Reliability; rel == nil || rel.Pass != family.MCQPassRule || rel.Runs != 3 || !near(rel.PassAtK[0].Value, 1.0/3) {
+				t.Errorf("published: reliability %+v", rel)
+			}
 		case fb.Grader == string(heureka.MCQTrimmed):
 			if r.MCQ.Correct != 2 || !near(r.MCQ.Accuracy, 2.0/3) || !near(r.MCQ.MicroPrecision, 1) || !near(r.MCQ.MicroRecall, 3.0/4) ||
 				r.MCQ.Answered != 2 || fb.Origin != heureka.OriginRepronet {
 				t.Errorf("trimmed: %+v (%s)", r.MCQ, fb.Origin)
+			}
+			if rel := r.Reliability; rel == nil || rel.Runs != 3 || !near(rel.PassAtK[0].Value, 2.0/3) {
+				t.Errorf("trimmed: reliability %+v", rel)
 			}
 		case fb.Judge != nil && fb.Judge.Model == "another-judge":
 			if r.Units != 1 || r.Pending != 1 || r.Validated != 0 {
@@ -397,6 +403,9 @@ func TestBoards(t *testing.T) {
 			if !near(r.OEQ.Mean, (sample.WeightedRating()+2)/2) || r.OEQ.Mode != "mixed" || r.OEQ.Weighted != 1 || r.OEQ.Plain != 1 ||
 				r.Judge == nil || r.Judge.Calls != 2 {
 				t.Errorf("oeq published: %+v %+v", r.OEQ, r.Judge)
+			}
+			if rel := r.Reliability; rel == nil || rel.Pass != family.OEQPassRule || rel.Runs != 2 || rel.PerTask[1].Runs[0].Pass {
+				t.Errorf("oeq published: reliability %+v (a rating of 2 passed)", rel)
 			}
 		}
 	}

@@ -59,7 +59,19 @@ type Row struct {
 	AgentCostUSD *float64  `json:"agent_cost_usd,omitempty"`
 	Judge        JudgeUse  `json:"judge"`
 	Agreement    Agreement `json:"agreement"`
+	// Reliability holds the reliability measures of the validated units
+	// under the board's grader (a run passes when its score is at least
+	// PassThreshold: PassRule).
+	Reliability *bench.Reliability `json:"reliability,omitempty"`
 }
+
+// PassThreshold is the score from which a run counts as passed for the
+// reliability measures (a PaperBench score is a replication score in
+// [0, 1], not a pass or fail), and PassRule names it.
+const (
+	PassThreshold = 0.5
+	PassRule      = "score>=0.5"
+)
 
 // Agreement is an agreement table with paperbench.Agree's figures.
 type Agreement struct {
@@ -97,6 +109,7 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 		row    *Row
 		papers map[string][]float64
 		agree  AgreementTable
+		runs   []bench.RunOutcome
 	}
 	var keys []key
 	rows := map[key]map[string]*acc{}
@@ -141,6 +154,7 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 					return nil, fmt.Errorf("%s: no score under %s", name, g)
 				}
 				a.papers[e.TaskID] = append(a.papers[e.TaskID], pub.Scores[gs].Score)
+				a.runs = append(a.runs, e.Outcome(pub.Scores[gs].Score >= PassThreshold))
 				r.FailedLeaves += pub.Scores[gs].Failed
 				r.Leaves += pub.Leaves
 				r.Judged += pub.Judged
@@ -197,6 +211,7 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 				r.Score = total / float64(len(a.papers))
 			}
 			r.Agreement = agreementOf(a.agree)
+			r.Reliability = bench.MeasureReliability(PassRule, a.runs)
 			pooled.Add(a.agree)
 			b.Rows = append(b.Rows, *r)
 		}
@@ -225,6 +240,11 @@ func WriteText(w io.Writer, boards []Board) error {
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		for _, r := range b.Rows {
+			if r.Reliability != nil && r.Reliability.Runs > 0 {
+				fmt.Fprintf(w, "%s:\n%s\n", r.Agent, strings.Join(bench.ReliabilityText(r.Reliability, "  "), "\n"))
+			}
 		}
 	}
 	return nil

@@ -93,6 +93,13 @@ func TestBoards(t *testing.T) {
 		rf[0].Judge.Calls != 42 || rf[0].Judge.CostUSD == nil || !near(*rf[0].Judge.CostUSD, 0.006) || *rf[0].AgentCostUSD != 3 {
 		t.Errorf("full report-failed row %+v", rf)
 	}
+	// Reliability, a run passing from 0.5: p1's two runs (1 and 0.5) pass,
+	// p2's (0.25) fails.
+	if rel := rf[0].Reliability; rel == nil || rel.Pass != family.PassRule || rel.Runs != 3 || rel.Tasks != 2 ||
+		!near(rel.PassAtK[0].Value, 0.5) || !near(rel.PassHatK[1].Value, 1) || rel.PassHatK[1].Tasks != 1 ||
+		rel.Consistency == nil || *rel.Consistency != 1 || rel.CostUSD == nil || rel.CostUSD.N != 2 || rel.CostUSD.Median != 1.5 {
+		t.Errorf("full report-failed reliability %+v", rel)
+	}
 	// Silent zero: p1 = 0.5, p2 = 0.25: 0.375.
 	if sz := got[3].Rows; !near(sz[0].Score, 0.375) {
 		t.Errorf("full silent-zero row %+v", sz)
@@ -113,7 +120,7 @@ func TestBoards(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, w := range []string{"paperbench pb, full variant, grader paperbench-report-failed@1", "judge judge-a (temperature 0, max 2000 tokens)",
-		"15 of 18 agree (83%), kappa 0.57, 3 excluded", "honest", "50.0%", "$0.0060"} {
+		"15 of 18 agree (83%), kappa 0.57, 3 excluded", "honest", "50.0%", "$0.0060", "pass = score>=0.5", "p1 ++ p2 -"} {
 		if !strings.Contains(text.String(), w) {
 			t.Errorf("no %q in\n%s", w, text.String())
 		}

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package capsulestore
+
+import "os"
+
+const oDirectFlag = 0
+
+func startWriteback(*os.File) {}
