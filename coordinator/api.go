@@ -32,8 +32,9 @@ import (
 // quota, of its group's agents), attempts (by handle, never by ID: see
 // web.go), their logs, outputs and trajectories once finished, the
 // trajectories of their validated runs in HAL's shape (/api/hal/trajectories,
-// for HAL uploads), and agents
-// (GET and POST /api/agents). Never a gold answer, a canary, a node, or
+// for HAL uploads), agents (GET and POST /api/agents), and reproducibility
+// checks (POST /api/repro, within the group's quota; GET /api/repro: the
+// group's). Never a gold answer, a canary, a node, or
 // another group's work: an attempt it may not see is "not found".
 //
 // Admin (Config.AdminToken): everything, including the live counters
@@ -41,8 +42,8 @@ import (
 // canaries, so a node watching them could tell), every attempt with
 // ?canaries=1, reports (/api/reports/{attempt}: the agent's answers, the
 // correct ones being gold values) and verdicts, nodes, cross-check
-// records, operators and join tokens, accounts, reproducibility check
-// submission, and /metrics.
+// records, operators and join tokens, accounts, every reproducibility
+// check, and /metrics.
 func (c *Coordinator) Handler() http.Handler {
 	mux := http.NewServeMux()
 	c.apiRoutes(mux)
@@ -128,9 +129,11 @@ func (c *Coordinator) apiRoutes(mux *http.ServeMux) {
 	route("POST /api/operators", admin, adminOnly(c.handleAdmit))
 	route("POST /api/join-tokens", admin, adminOnly(c.handleNewJoinToken))
 	route("GET /api/backup", admin, adminOnly(c.handleBackup))
-	route("POST /api/repro", admin, adminOnly(c.handleReproSubmit))
-	route("GET /api/repro", admin, func(w http.ResponseWriter, r *http.Request, _ accounts.Principal) {
-		writeJSON(w, http.StatusOK, nonNil(c.reproViews(r.Context())))
+	// Reproducibility checks: a submitter's are its group's (the admin's:
+	// everyone's).
+	route("POST /api/repro", submitter, c.handleReproSubmit)
+	route("GET /api/repro", submitter, func(w http.ResponseWriter, r *http.Request, p accounts.Principal) {
+		writeJSON(w, http.StatusOK, nonNil(c.reproViewsFor(r.Context(), p)))
 	})
 	c.accountRoutes(route)
 }

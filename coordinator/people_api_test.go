@@ -119,7 +119,7 @@ func testScopes(t *testing.T, f *people) {
 		{"groups", f.ann, "GET", "/api/groups", 403, nil, nil},
 		{"tokens", f.ann, "GET", "/api/tokens", 403, nil, nil},
 		{"making a submitter", f.ann, "POST", "/api/submitters", 403, nil, nil},
-		{"reproducibility checks", f.ann, "GET", "/api/repro", 403, nil, nil},
+		{"the operator's reproducibility checks", f.ann, "GET", "/api/repro", 200, []string{"["}, []string{f.repro, f.failed, f.draft}},
 		{"public credit", "", "GET", "/api/credit", 200, []string{`"cpu_hours"`}, append([]string{`"nodes": [`}, nodeIDs...)},
 		{"submitter's credit", f.ann, "GET", "/api/credit", 200, []string{`"total"`}, nodeIDs},
 		{"the admin's credit", f.admin, "GET", "/api/credit", 200, nodeIDs[:1], nil},

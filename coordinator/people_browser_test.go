@@ -714,8 +714,8 @@ func testBrowser(t *testing.T, f *people) {
 			t.Errorf("%d checks listed, the API has %d, want 3", len(listed), len(repros))
 		}
 		for _, r := range repros {
-			same(t, "listed check "+r.ID, listed[r.ID], map[string]string{"c1": r.State, "c2": fmt.Sprintf("%d/%d", r.RunsDone, r.RunsWanted),
-				"reproducible": dashboard.YesNo(r.Reproducible)})
+			same(t, "listed check "+r.ID, listed[r.ID], map[string]string{"capsule": r.CapsuleID + ": " + r.CapsuleTitle, "c2": r.State,
+				"c3": fmt.Sprintf("%d/%d", r.RunsDone, r.RunsWanted), "reproducible": dashboard.YesNo(r.Reproducible)})
 		}
 		if got := listed[f.failed]["reproducible"]; got != "no" {
 			t.Errorf("the failing check is listed reproducible %q", got)

@@ -299,10 +299,12 @@ func sameAttempt(t *testing.T, f *people, tb *tab, token, id string) dashboard.A
 
 // apiRepro is GET /api/repro/{id}: bench/repro's Status and Report.
 type apiRepro struct {
-	ID         string `json:"id"`
-	State      string `json:"state"`
-	RunsDone   int    `json:"runs_done"`
-	RunsWanted int    `json:"runs_wanted"`
+	ID         string         `json:"id"`
+	State      string         `json:"state"`
+	RunsDone   int            `json:"runs_done"`
+	RunsWanted int            `json:"runs_wanted"`
+	Capsule    ReproCapsule   `json:"capsule"`
+	Runs       []ReproRunView `json:"runs"`
 	Report     *struct {
 		Reproducible bool `json:"reproducible"`
 		Questions    []struct {
@@ -342,6 +344,21 @@ func sameRepro(t *testing.T, f *people, tb *tab, id string) apiRepro {
 		"reproducible": tb.eval(`document.getElementById('reproducible').innerText`),
 		"runs":         tb.eval(`document.getElementById('repro-runs').innerText`)},
 		map[string]string{"state": r.State, "reproducible": yes[r.Report.Reproducible], "runs": fmt.Sprintf("%d of %d decided", r.RunsDone, r.RunsWanted)})
+	// The capsule named, each run linked to its page and logs.
+	same(t, "check "+id+" capsule", map[string]string{"capsule": tb.eval(`document.getElementById('repro-capsule').innerText`)},
+		map[string]string{"capsule": r.Capsule.ID + ": " + r.Capsule.Title})
+	runRows := tb.cells("table.runs tbody tr")
+	if len(runRows) != len(r.Runs) || len(r.Runs) != r.RunsWanted {
+		t.Errorf("check %s: %d run rows, the API has %d runs of %d", id, len(runRows), len(r.Runs), r.RunsWanted)
+	}
+	for i, run := range r.Runs {
+		if i >= len(runRows) {
+			break
+		}
+		links := tb.eval(fmt.Sprintf(`Array.from(document.querySelectorAll('table.runs tbody tr')[%d].querySelectorAll('a')).map(a => a.getAttribute('href')).join(' ')`, i))
+		same(t, fmt.Sprintf("check %s run %d", id, run.Run), map[string]string{"c1": runRows[i]["c1"], "links": links},
+			map[string]string{"c1": run.State, "links": run.Page + " " + run.Logs})
+	}
 	if qs := r.Report.Questions; len(qs) > 0 {
 		rows := tb.cells("table.questions tbody tr")
 		if len(rows) != len(qs) {

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -20,6 +21,7 @@ import (
 	"github.com/ipfs/go-cid"
 
 	"github.com/repronet/repronet/bench"
+	"github.com/repronet/repronet/coordinator/accounts"
 	"github.com/repronet/repronet/coordinator/core"
 	"github.com/repronet/repronet/coordinator/crosscheck"
 	"github.com/repronet/repronet/proto"
@@ -60,7 +62,44 @@ type ReproStatus struct {
 	// no node is in view), one line per reason (core/stuck.go): they end
 	// as unschedulable, with the reason, within the coordinator's bound.
 	Waiting []string `json:"waiting,omitempty"`
+	// Capsule names the capsule checked.
+	Capsule ReproCapsule `json:"capsule"`
+	// Runs are the check's runs, in order, each with links to its page
+	// and logs (open to the submitter's group and the admin).
+	Runs []ReproRunView `json:"runs"`
+	// FailedBecause says, one line per failed run, why it failed: its
+	// outcome, exit status and the tail of its stderr (or why no node ran
+	// it).
+	FailedBecause []string `json:"failed_because,omitempty"`
 }
+
+// ReproCapsule names a check's capsule: its folder (the spec's
+// capsule_id, the tarball's top folder) and its title.
+type ReproCapsule struct {
+	ID    string `json:"id"`
+	Title string `json:"title,omitempty"`
+}
+
+// ReproRunView is one run of a check as its status shows it.
+type ReproRunView struct {
+	Run int `json:"run"`
+	// Attempt is the run's latest attempt, by handle (as submitters see
+	// attempts); Page and Logs its page and its logs in the API.
+	Attempt string `json:"attempt,omitempty"`
+	Page    string `json:"page,omitempty"`
+	Logs    string `json:"logs,omitempty"`
+	State   string `json:"state"`
+	Outcome string `json:"outcome,omitempty"`
+	// Failed: the run did not end ok; ExitCode, StderrTail and Detail
+	// say why (from its report, when it has one).
+	Failed     bool   `json:"failed,omitempty"`
+	ExitCode   *int32 `json:"exit_code,omitempty"`
+	StderrTail string `json:"stderr_tail,omitempty"`
+	Detail     string `json:"detail,omitempty"`
+}
+
+// stderrTailBytes bounds the stderr tail a failed run shows.
+const stderrTailBytes = 2048
 
 // States of a check.
 const (
@@ -81,6 +120,18 @@ var (
 // else FallbackReproImage). It returns the check's ID once it is durably
 // queued.
 func (c *Coordinator) SubmitRepro(ctx context.Context, rawSpec json.RawMessage, image string, tarball io.Reader) (string, error) {
+	return c.SubmitReproAs(ctx, accounts.Principal{Scope: accounts.ScopeAdmin}, rawSpec, image, tarball)
+}
+
+// errReproQuota: the submitter's group has too many unfinished attempts
+// for the check's runs.
+var errReproQuota = errors.New("over your group's quota")
+
+// SubmitReproAs is SubmitRepro on behalf of p: the admin, or a submitter,
+// whose check is its group's (its runs count in the group's quota and
+// are the group's attempts, their logs open to it) and whose runs may use
+// only the default images or its group's own agents.
+func (c *Coordinator) SubmitReproAs(ctx context.Context, p accounts.Principal, rawSpec json.RawMessage, image string, tarball io.Reader) (string, error) {
 	if c.cfg.Checker == nil {
 		return "", fmt.Errorf("%w: this coordinator has no reproducibility checker", errBadRepro)
 	}
@@ -93,6 +144,23 @@ func (c *Coordinator) SubmitRepro(ctx context.Context, rawSpec json.RawMessage, 
 	}
 	if err := c.writable(); err != nil {
 		return "", fmt.Errorf("reproducibility check: %w", err)
+	}
+	if p.Scope != accounts.ScopeAdmin {
+		if image != "" && image != DefaultReproImage && image != FallbackReproImage && !c.ownsAgent(p, image) {
+			return "", fmt.Errorf("%w: image %q: your group has no agent of that name (leave it empty for the default environment)", errBadRepro, image)
+		}
+		if c.web != nil {
+			c.web.submit.Lock()
+			defer c.web.submit.Unlock()
+			g, ok := c.web.accounts.Group(p.Group)
+			if !ok {
+				return "", fmt.Errorf("%w: your group %q no longer exists", errBadRepro, p.Group)
+			}
+			if pending := c.groupPending(p.Group); g.MaxPending > 0 && pending+check.Runs > g.MaxPending {
+				return "", fmt.Errorf("reproducibility check: %w: %d runs asked, %d unfinished, at most %d at once", errReproQuota,
+					check.Runs, pending, g.MaxPending)
+			}
+		}
 	}
 	img, ok := c.catalog.Agent(image)
 	if image == "" {
@@ -132,6 +200,9 @@ func (c *Coordinator) SubmitRepro(ctx context.Context, rawSpec json.RawMessage, 
 
 	rec := core.ReproRecord{ID: randomID("rp-"), Check: check, CapsuleCID: info.CID.String(), CapsuleSize: info.Size,
 		Image: img.Name, ImageCID: img.CID, Claimed: claimed}
+	if p.Scope != accounts.ScopeAdmin {
+		rec.Group, rec.Submitter = p.Group, p.Submitter
+	}
 	fx, t := c.step(ctx, core.ReproQueued{Record: rec})
 	if err, ok := fx.Reply.(error); ok {
 		return "", fmt.Errorf("reproducibility check: %w", err)
@@ -277,8 +348,15 @@ func (c *Coordinator) ReproStatus(ctx context.Context, id string) (ReproStatus, 
 	c.mu.Lock()
 	v, ok := c.state.Repro(id)
 	var runIDs []string
-	for _, u := range v.Record.Units {
-		runIDs = append(runIDs, c.state.Units[u]...)
+	latest := make([]core.Attempt, len(v.Record.Units))
+	for i, u := range v.Record.Units {
+		ids := c.state.Units[u]
+		runIDs = append(runIDs, ids...)
+		if len(ids) > 0 {
+			if a := c.state.Attempts[ids[len(ids)-1]]; a != nil {
+				latest[i] = *a
+			}
+		}
 	}
 	waiting := c.state.Waiting(runIDs, time.Now())
 	c.mu.Unlock()
@@ -286,7 +364,9 @@ func (c *Coordinator) ReproStatus(ctx context.Context, id string) (ReproStatus, 
 		return ReproStatus{}, fmt.Errorf("%w: %q", errNoRepro, id)
 	}
 	rec := v.Record
-	st := ReproStatus{ID: id, State: ReproQueued, RunsDone: v.Decided, RunsWanted: len(rec.Units), Report: rec.Report, Error: rec.Error}
+	st := ReproStatus{ID: id, State: ReproQueued, RunsDone: v.Decided, RunsWanted: len(rec.Units), Report: rec.Report, Error: rec.Error,
+		Capsule: reproCapsule(rec.Check)}
+	st.Runs, st.FailedBecause = c.reproRuns(ctx, latest)
 	for _, aid := range runIDs {
 		w, ok := waiting[aid]
 		if !ok || !(w.Blocked || w.InView == 0) {
@@ -365,6 +445,85 @@ func (c *Coordinator) ReproStatus(ctx context.Context, id string) (ReproStatus, 
 	return st, nil
 }
 
+// reproCapsule names a check's capsule: its top folder, and the title
+// its spec gives (bench/repro's "capsule": {"capsule_title"}), if any.
+func reproCapsule(check bench.Check) ReproCapsule {
+	var spec struct {
+		Capsule struct {
+			Title string `json:"capsule_title"`
+		} `json:"capsule"`
+	}
+	_ = json.Unmarshal(check.Spec, &spec) // a checker of another shape: no title
+	return ReproCapsule{ID: check.Top, Title: spec.Capsule.Title}
+}
+
+// reproRuns shows a check's runs from their latest attempts, and says why
+// each failed run failed: its outcome, exit status and stderr tail from
+// its report, or why it never ran.
+func (c *Coordinator) reproRuns(ctx context.Context, latest []core.Attempt) ([]ReproRunView, []string) {
+	runs := make([]ReproRunView, 0, len(latest))
+	var why []string
+	for i, a := range latest {
+		r := ReproRunView{Run: i + 1, State: string(a.State), Outcome: a.Outcome, Detail: a.Detail}
+		if a.ID == "" {
+			r.State = string(core.StateQueued)
+			runs = append(runs, r)
+			continue
+		}
+		if c.web != nil {
+			if h := c.web.handle(a.ID); h != "" {
+				r.Attempt, r.Page, r.Logs = h, "/attempts/"+h, "/api/attempts/"+h+"/logs"
+			}
+		}
+		r.Failed = a.State == core.StateFailed || (a.Outcome != "" && a.Outcome != "ok")
+		if r.Failed {
+			line := fmt.Sprintf("run %d: %s", r.Run, cmp.Or(a.Outcome, string(a.State)))
+			if rep, _, err := c.Report(ctx, a.ID); err == nil {
+				code := rep.GetExitCode()
+				r.ExitCode = &code
+				r.StderrTail = tail(string(rep.GetStderrTail()), stderrTailBytes)
+				r.Detail = cmp.Or(rep.GetDetail(), r.Detail)
+				line += fmt.Sprintf(", exit status %d", code)
+			}
+			if r.Detail != "" {
+				line += ": " + r.Detail
+			}
+			if r.StderrTail != "" {
+				line += "; stderr ends: " + lastLines(r.StderrTail, 5)
+			}
+			why = append(why, line)
+		}
+		runs = append(runs, r)
+	}
+	return runs, why
+}
+
+// tail is the last max bytes of s, cut at a line start when one is near.
+func tail(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	s = s[len(s)-max:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 && i < 200 {
+		s = s[i+1:]
+	}
+	return s
+}
+
+// lastLines is the last n non-empty lines of s, joined with " / ".
+func lastLines(s string, n int) string {
+	var lines []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " / ")
+}
+
 // ReproResponse answers POST /api/repro.
 type ReproResponse struct {
 	ID string `json:"id"`
@@ -374,7 +533,7 @@ type ReproResponse struct {
 // with a "spec" part (repro.Spec as JSON), optionally an "image" part (the
 // agent image to run in; also ?image=), then a "capsule" part (the
 // tarball, streamed into the capsule store).
-func (c *Coordinator) handleReproSubmit(w http.ResponseWriter, r *http.Request) {
+func (c *Coordinator) handleReproSubmit(w http.ResponseWriter, r *http.Request, p accounts.Principal) {
 	r.Body = http.MaxBytesReader(w, r.Body, c.cfg.MaxReproUpload+(2<<20))
 	mr, err := r.MultipartReader()
 	if err != nil {
@@ -409,8 +568,10 @@ func (c *Coordinator) handleReproSubmit(w http.ResponseWriter, r *http.Request) 
 				writeJSON(w, http.StatusBadRequest, apiError{"reproducibility check: the spec part must come before the capsule"})
 				return
 			}
-			id, err := c.SubmitRepro(r.Context(), spec, image, part)
+			id, err := c.SubmitReproAs(r.Context(), p, spec, image, part)
 			switch {
+			case errors.Is(err, errReproQuota):
+				writeJSON(w, http.StatusTooManyRequests, apiError{err.Error()})
 			case errors.Is(err, errBadRepro):
 				writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
 			case err != nil:

@@ -590,7 +590,12 @@ func (c *Coordinator) reproView(ctx context.Context, id string) (dashboard.Repro
 	if err != nil {
 		return dashboard.Repro{}, err
 	}
-	v := dashboard.Repro{ID: st.ID, State: st.State, RunsDone: st.RunsDone, RunsWanted: st.RunsWanted, Error: st.Error, Report: st.Report}
+	v := dashboard.Repro{ID: st.ID, State: st.State, RunsDone: st.RunsDone, RunsWanted: st.RunsWanted, Error: st.Error, Report: st.Report,
+		CapsuleID: st.Capsule.ID, CapsuleTitle: st.Capsule.Title, FailedBecause: st.FailedBecause, Waiting: st.Waiting}
+	for _, r := range st.Runs {
+		v.Runs = append(v.Runs, dashboard.ReproRun{Run: r.Run, Attempt: r.Attempt, Page: r.Page, Logs: r.Logs, State: r.State,
+			Outcome: r.Outcome, Failed: r.Failed, ExitCode: r.ExitCode, StderrTail: r.StderrTail, Detail: r.Detail})
+	}
 	readReproReport(&v, st.Report)
 	return v, nil
 }
@@ -670,6 +675,12 @@ func rawText(raw json.RawMessage) string {
 
 // reproViews lists every reproducibility check (admin), newest first.
 func (c *Coordinator) reproViews(ctx context.Context) []dashboard.Repro {
+	return c.reproViewsFor(ctx, accounts.Principal{Scope: accounts.ScopeAdmin})
+}
+
+// reproViewsFor lists the checks p may list: the admin every one, a
+// submitter its group's.
+func (c *Coordinator) reproViewsFor(ctx context.Context, p accounts.Principal) []dashboard.Repro {
 	c.mu.Lock()
 	type rec struct {
 		id string
@@ -677,6 +688,9 @@ func (c *Coordinator) reproViews(ctx context.Context) []dashboard.Repro {
 	}
 	var ids []rec
 	for id, r := range c.state.Repros {
+		if p.Scope != accounts.ScopeAdmin && (r.Group == "" || !p.MayRead(r.Group)) {
+			continue
+		}
 		ids = append(ids, rec{id, r.Created})
 	}
 	c.mu.Unlock()

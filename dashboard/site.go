@@ -162,13 +162,19 @@ func (p EvaluationPage) Title() string { return "Evaluation " + p.Eval.ID }
 func (p AttemptPage) Title() string    { return "Attempt " + p.Attempt.ID }
 func (NodesPage) Title() string        { return "Nodes and credit" }
 func (ReprosPage) Title() string       { return "Reproducibility checks" }
-func (p ReproPage) Title() string      { return "Reproducibility check " + p.Repro.ID }
-func (AgentsPage) Title() string       { return "Agents" }
-func (AccountsPage) Title() string     { return "Accounts" }
-func (LoginPage) Title() string        { return "Sign in" }
-func (p ErrorPage) Title() string      { return http.StatusText(p.Status) }
-func (p EvaluationPage) Refresh() int  { return refreshUnless(p.Eval.Progress.Finished()) }
-func (p AttemptPage) Refresh() int     { return refreshUnless(p.Attempt.IsFinished()) }
+func (p ReproPage) Title() string {
+	t := "Reproducibility check " + p.Repro.ID
+	if p.Repro.CapsuleID != "" {
+		t += " of " + p.Repro.CapsuleID
+	}
+	return t
+}
+func (AgentsPage) Title() string      { return "Agents" }
+func (AccountsPage) Title() string    { return "Accounts" }
+func (LoginPage) Title() string       { return "Sign in" }
+func (p ErrorPage) Title() string     { return http.StatusText(p.Status) }
+func (p EvaluationPage) Refresh() int { return refreshUnless(p.Eval.Progress.Finished()) }
+func (p AttemptPage) Refresh() int    { return refreshUnless(p.Attempt.IsFinished()) }
 func (p ReproPage) Refresh() int {
 	return refreshUnless(p.Repro.State == "done" || p.Repro.State == "failed")
 }

@@ -387,7 +387,10 @@ type CreditReport struct {
 // Repro is a reproducibility check, with its report read when it has the
 // questions of package bench/repro's report.
 type Repro struct {
-	ID           string          `json:"id"`
+	ID string `json:"id"`
+	// CapsuleID and CapsuleTitle name the capsule checked.
+	CapsuleID    string          `json:"capsule_id"`
+	CapsuleTitle string          `json:"capsule_title,omitempty"`
 	State        string          `json:"state"`
 	RunsDone     int             `json:"runs_done"`
 	RunsWanted   int             `json:"runs_wanted"`
@@ -399,6 +402,26 @@ type Repro struct {
 	// in the runs' results/ with its verdict.
 	Draft  *ReproDraft     `json:"draft,omitempty"`
 	Report json.RawMessage `json:"report,omitempty"`
+	// Runs are the check's runs with links to their pages and logs;
+	// FailedBecause says why each failed run failed; Waiting why runs
+	// wait.
+	Runs          []ReproRun `json:"runs,omitempty"`
+	FailedBecause []string   `json:"failed_because,omitempty"`
+	Waiting       []string   `json:"waiting,omitempty"`
+}
+
+// ReproRun is one run of a check (coordinator.ReproRunView).
+type ReproRun struct {
+	Run        int    `json:"run"`
+	Attempt    string `json:"attempt,omitempty"`
+	Page       string `json:"page,omitempty"`
+	Logs       string `json:"logs,omitempty"`
+	State      string `json:"state"`
+	Outcome    string `json:"outcome,omitempty"`
+	Failed     bool   `json:"failed,omitempty"`
+	ExitCode   *int32 `json:"exit_code,omitempty"`
+	StderrTail string `json:"stderr_tail,omitempty"`
+	Detail     string `json:"detail,omitempty"`
 }
 
 // HasVerdict reports whether the check has said whether the capsule

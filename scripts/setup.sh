@@ -3,7 +3,7 @@
 # (as root): containerd and runc (the sandbox), busybox-static (the sample
 # agents), iproute2, e2fsprogs and nftables (disk quotas, egress rules),
 # debootstrap (the sandbox's Debian test image and the HAL adapter's image),
-# python3-aiofiles and python3-tqdm (HAL's upload check), chromium (the dashboard's browser tests drive it
+# python3-aiofiles and python3-tqdm (HAL's upload check), python3-numpy (HeurekaBench's published grader), chromium (the dashboard's browser tests drive it
 # headless). Go 1.26 must be on the machine (/usr/local/go).
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
@@ -23,6 +23,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the dashboard's brows
 command -v npm >/dev/null 2>&1 || need+=(npm)  # the CLI agents' npm tarballs (make fixtures: npm pack)
 # HAL's own upload check (scripts/hal_upload_check.py) imports these, with Debian's python3
 /usr/bin/python3 -c 'import aiofiles, tqdm' >/dev/null 2>&1 || need+=(python3-aiofiles python3-tqdm)
+# HeurekaBench's published evaluate_agent_answer.py, run by bench/heureka's comparison test, uses numpy
+/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || need+=(python3-numpy)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -25,13 +25,14 @@
 // ExtractSolution takes the last <solution>...</solution> of the final
 // message. ScoreMCQ and AggregateMCQ compute accuracy (exact set),
 // precision, recall and F1 per question, macro (mean over questions) and
-// micro (pooled counts), under MCQPublished (split on "," only, as
-// published: "B, D" fails) or MCQTrimmed (spaces trimmed). An unanswered
-// question counts in every metric, as wrong with precision and recall 0;
-// the published script instead leaves a missing prediction out of the
-// precision, recall and F1 lists and the micro counts (only accuracy
-// counts it), which would let an agent raise its precision by not
-// answering.
+// micro (pooled counts), under MCQPublished (the published
+// evaluate_agent_answer.py exactly: split on "," only, so "B, D" fails; an
+// unanswered question counted in accuracy and left out of every other
+// figure) or MCQTrimmed (repronet's own: spaces trimmed; an unanswered
+// question counts in every figure, as wrong with precision and recall 0,
+// so that not answering never raises one). Origin says whose rule a
+// grader is, for the boards; RegradeMCQ and RegradeOEQ grade files
+// offline (repronet grade heureka).
 //
 // # Open-ended
 //
@@ -39,8 +40,11 @@
 // PARTIAL, MISSING or INCORRECT and a rating 1-5 in <rating>N</rating>.
 // ScoreOEQ reads the answer (ParseOEQJudgement) and scores it: with the
 // rating token's top-3 log-probabilities, the probability-weighted rating
-// (OEQPublished normalises over all three alternatives and counts a
-// non-digit one as 0, as published; OEQRatingTokens over the rating
-// alternatives only), otherwise the plain rating; OEQScore.Weighted says
-// which, and SummariseOEQ reports the mix.
+// (OEQPublished as the published code: the first token with the rating's
+// text, normalised over all its alternatives, a non-digit one counting 0,
+// an unanswered question left out of the mean, its crashes errors;
+// OEQRatingTokens, repronet's: the token at the rating's place, the rating
+// alternatives only, an unanswered question scored 1), otherwise the
+// plain rating; OEQScore.Weighted says which, and SummariseOEQ reports the
+// mix.
 package heureka

@@ -88,6 +88,14 @@ func FuzzScoreOEQ(f *testing.F) {
 		toks := []TokenLogprob{{Token: resp}, {Token: tok, TopLogprobs: []TopLogprob{{tok, lp}, {alt, lp2}}}}
 		for _, s := range OEQScorers() {
 			sc, err := ScoreOEQ(QuestionID{"p", "i", "Question1"}, resp, toks, s)
+			if s == OEQPublished {
+				// The published rule reads any first <rating>digits</rating>;
+				// a score it gives is a number, and its rating is the tag's.
+				if err == nil && (math.IsNaN(sc.Score) || math.IsInf(sc.Score, 0) || sc.Rating < 0) {
+					t.Fatalf("published: %+v", sc)
+				}
+				continue
+			}
 			if jerr != nil {
 				if err == nil {
 					t.Fatalf("a response ParseOEQJudgement refuses was scored: %q", resp)

@@ -159,12 +159,14 @@ func TestAggregateMCQ(t *testing.T) {
 		return AggregateMCQ(out, g)
 	}
 	pub := score(MCQPublished)
-	// Accuracy 1/5. Macro P (1+.5+.5+1+0)/5 = .6; R (1+.5+1+1/3+0)/5 = 17/30;
-	// F1 (1+.5+2/3+.5+0)/5 = 8/15. Micro: tp 4, predicted 1+2+2+1+0 = 6,
-	// fn 0+1+0+2+1 = 4: P 4/6, R 4/8, F1 2*(2/3)(1/2)/(7/6) = 4/7.
+	// Accuracy 1/5 (the unanswered question counts there, as published).
+	// The other figures leave it out: macro P (1+.5+.5+1)/4 = .75; R
+	// (1+.5+1+1/3)/4 = 17/24; F1 (1+.5+2/3+.5)/4 = 2/3. Micro: tp 4,
+	// predicted 1+2+2+1 = 6, fn 0+1+0+2 = 3: P 4/6, R 4/7, F1
+	// 2*(2/3)(4/7)/(2/3+4/7) = 8/13.
 	want := MCQMetrics{Grader: MCQPublished, Questions: 5, Answered: 4, Correct: 1, Accuracy: 0.2,
-		MacroPrecision: 0.6, MacroRecall: 17.0 / 30, MacroF1: 8.0 / 15,
-		TP: 4, FP: 2, FN: 4, Predicted: 6, MicroPrecision: 4.0 / 6, MicroRecall: 0.5, MicroF1: 4.0 / 7}
+		MacroPrecision: 0.75, MacroRecall: 17.0 / 24, MacroF1: 2.0 / 3,
+		TP: 4, FP: 2, FN: 3, Predicted: 6, MicroPrecision: 4.0 / 6, MicroRecall: 4.0 / 7, MicroF1: 8.0 / 13}
 	if !metricsNear(pub, want) {
 		t.Errorf("published:\n%+v\nwant\n%+v", pub, want)
 	}

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Message is one chat message of a judge's input.
@@ -105,8 +107,8 @@ where LABEL is PRESENT, PARTIAL, MISSING or INCORRECT and N is one digit from 1 
 
 // LabelledFact is one line of the judge's facts block.
 type LabelledFact struct {
-	Label FactLabel
-	Fact  string
+	Label FactLabel `json:"label"`
+	Fact  string    `json:"fact"`
 }
 
 // OEQJudgement is a judge's parsed answer.
@@ -221,17 +223,30 @@ type TokenLogprob struct {
 type OEQScorer string
 
 const (
-	// OEQPublished is the published rule: with log-probabilities, the
-	// score is sum(p_i * r_i) over the rating token's top 3 alternatives,
-	// p_i = exp(logprob_i) normalised over all of them, r_i the token's
-	// number when it is all digits and 0 otherwise (so a non-rating
-	// alternative drags the score down, and the score is not bounded below
-	// by 1). Without log-probabilities, the plain rating.
-	OEQPublished OEQScorer = "heureka-oeq-published@1"
-	// OEQRatingTokens normalises over the alternatives that are ratings
-	// ("1" to "5") only, so the score stays in [1, 5]; other alternatives
-	// are ignored. Without log-probabilities, or with no rating among the
-	// alternatives, the plain rating.
+	// OEQPublished is the published rule (evaluate_agent_answer.py, its
+	// default, non-batch path) exactly: the rating is the first
+	// <rating>digits</rating> of the response, whatever its value; with
+	// log-probabilities, the rating token is the first token whose text is
+	// the rating's, and the score is sum(p_i * r_i) over all of that
+	// token's alternatives, p_i = exp(logprob_i) normalised over all of
+	// them, r_i the token's number when it is all digits and 0 otherwise
+	// (so a non-rating alternative drags the score down, and the score is
+	// not bounded below by 1); without them, the plain rating. An
+	// unanswered question is left out of the mean. Where the published
+	// code crashes (no rating; no token with the rating's text;
+	// probabilities that are not numbers) ScoreOEQ returns an error saying
+	// so. (Version 1 read the token at the rating's position and scored an
+	// unanswered question 1: repronet's choices, kept in OEQRatingTokens.)
+	OEQPublished OEQScorer = "heureka-oeq-published@2"
+	// OEQRatingTokens is repronet's own rule: the response must hold one
+	// <rating>N</rating>, N one digit 1-5; the rating token is the one at
+	// the rating's position in the response (when the token texts spell
+	// it; else the first with the rating's text); the first TopK
+	// alternatives that are ratings ("1" to "5") are normalised among
+	// themselves, so the score stays in [1, 5]; without
+	// log-probabilities, or with no rating among the alternatives, the
+	// plain rating. An unanswered question scores 1 and counts in the
+	// mean.
 	OEQRatingTokens OEQScorer = "heureka-oeq-rating-tokens@1"
 )
 
@@ -244,34 +259,38 @@ const TopK = 3
 
 // OEQScore is the score of one open-ended answer.
 type OEQScore struct {
-	ID     QuestionID
-	Scorer OEQScorer
+	ID     QuestionID `json:"id"`
+	Scorer OEQScorer  `json:"scorer"`
 	// Score is the probability-weighted rating when Weighted, else the
 	// plain Rating.
-	Score    float64
-	Rating   int
-	Weighted bool
-	// Unanswered is set when the agent gave no <solution>: the score is 1
-	// (the rubric's rating for an answer that does not answer) and no judge
-	// was asked.
-	Unanswered bool
-	Facts      []LabelledFact
+	Score    float64 `json:"score"`
+	Rating   int     `json:"rating"`
+	Weighted bool    `json:"weighted"`
+	// Unanswered is set when the agent gave no <solution>: no judge was
+	// asked; under OEQRatingTokens the score is 1 (the rubric's rating for
+	// an answer that does not answer) and counts in the mean, under
+	// OEQPublished it is 0 and left out of the mean.
+	Unanswered bool           `json:"unanswered,omitempty"`
+	Facts      []LabelledFact `json:"facts,omitempty"`
 }
 
 // UnansweredOEQ is the score of a question the agent did not answer.
 func UnansweredOEQ(id QuestionID, s OEQScorer) OEQScore {
+	if s == OEQPublished {
+		return OEQScore{ID: id, Scorer: s, Unanswered: true}
+	}
 	return OEQScore{ID: id, Scorer: s, Score: 1, Rating: 1, Unanswered: true}
 }
 
 // ScoreOEQ scores a judge's response (and, when the provider returned them,
-// its tokens' log-probabilities) under scorer s. The rating token is the
-// token whose text is the rating digit at the rating's offset in the
-// response (the token texts must spell the response); failing that, the
-// first token whose text is the rating, as published. Without a rating
-// token or alternatives, the score is the plain rating and Weighted is
-// false. An unusable response is an error: the judging failed.
+// its tokens' log-probabilities) under scorer s, as each scorer's comment
+// says. An unusable response is an error: the judging failed.
 func ScoreOEQ(id QuestionID, resp string, tokens []TokenLogprob, s OEQScorer) (OEQScore, error) {
-	if s != OEQPublished && s != OEQRatingTokens {
+	switch s {
+	case OEQPublished:
+		return scorePublished(id, resp, tokens)
+	case OEQRatingTokens:
+	default:
 		return OEQScore{}, fmt.Errorf("heureka: unknown OEQ scorer %q (known: %q)", s, OEQScorers())
 	}
 	j, err := ParseOEQJudgement(resp)
@@ -295,15 +314,9 @@ func ScoreOEQ(id QuestionID, resp string, tokens []TokenLogprob, s OEQScorer) (O
 	var values []float64
 	var logps []float64
 	for _, a := range alts {
-		switch s {
-		case OEQPublished:
+		if len(a.Token) == 1 && a.Token[0] >= '1' && a.Token[0] <= '5' {
 			logps = append(logps, a.Logprob)
-			values = append(values, digitsValue(a.Token))
-		case OEQRatingTokens:
-			if len(a.Token) == 1 && a.Token[0] >= '1' && a.Token[0] <= '5' {
-				logps = append(logps, a.Logprob)
-				values = append(values, float64(a.Token[0]-'0'))
-			}
+			values = append(values, float64(a.Token[0]-'0'))
 		}
 	}
 	probs := normalise(logps)
@@ -357,23 +370,86 @@ func spells(resp string, tokens []TokenLogprob) bool {
 	return at == len(resp)
 }
 
-// digitsValue is the published rating of an alternative: its number when
-// the token is all ASCII digits (Python's str.isdigit, for the tokens a
-// provider returns here), else 0.
-func digitsValue(tok string) float64 {
-	if tok == "" {
-		return 0
+// publishedRating is the published code's rating pattern; its first match
+// counts.
+var publishedRating = regexp.MustCompile(`<rating>(\d+)</rating>`)
+
+// maxPublishedRating bounds a rating's digits (the published code takes any
+// number; a judge asked for 1-5 writing more than this is not rating).
+const maxPublishedRating = 1 << 20
+
+// scorePublished is OEQPublished: the published code's steps, each of its
+// crashes an error naming the step.
+func scorePublished(id QuestionID, resp string, tokens []TokenLogprob) (OEQScore, error) {
+	if len(resp) > MaxJudgeResponseBytes {
+		return OEQScore{}, fmt.Errorf("judge response: %d bytes, more than %d", len(resp), MaxJudgeResponseBytes)
 	}
-	for i := 0; i < len(tok); i++ {
-		if tok[i] < '0' || tok[i] > '9' {
-			return 0
+	m := publishedRating.FindStringSubmatch(resp)
+	if m == nil {
+		return OEQScore{}, errors.New("judge response: no <rating>digits</rating> (the published code stops here with an IndexError)")
+	}
+	rating, err := strconv.Atoi(m[1])
+	if err != nil || rating > maxPublishedRating {
+		return OEQScore{}, fmt.Errorf("judge response: rating %q is not a rating", clip(m[1], 20))
+	}
+	out := OEQScore{ID: id, Scorer: OEQPublished, Score: float64(rating), Rating: rating}
+	if j, err := ParseOEQJudgement(resp); err == nil {
+		out.Facts = j.Facts
+	}
+	if len(tokens) == 0 {
+		return out, nil
+	}
+	idx := slices.IndexFunc(tokens, func(t TokenLogprob) bool { return t.Token == m[1] })
+	if idx < 0 {
+		return OEQScore{}, fmt.Errorf("judge log-probabilities: no token is %q, the rating (the published code stops here with a ValueError)", m[1])
+	}
+	alts := tokens[idx].TopLogprobs
+	probs := make([]float64, len(alts))
+	total := 0.0
+	for i, a := range alts {
+		probs[i] = math.Exp(a.Logprob)
+		total += probs[i]
+	}
+	score := 0.0
+	for i, a := range alts {
+		v, err := publishedValue(a.Token)
+		if err != nil {
+			return OEQScore{}, err
 		}
+		score += v * (probs[i] / total)
+	}
+	if math.IsNaN(score) || math.IsInf(score, 0) {
+		return OEQScore{}, fmt.Errorf("judge log-probabilities: the rating token's alternatives give no probabilities (%d alternatives summing to %v; the published code's score would be NaN)", len(alts), total)
+	}
+	out.Score, out.Weighted = score, true
+	return out, nil
+}
+
+// publishedValue is the published rating of an alternative: float(token)
+// when token.isdigit(), else 0. Python's isdigit is true of digits other
+// than ASCII ones too, which float() may then refuse: such a token is an
+// error, not a guess.
+func publishedValue(tok string) (float64, error) {
+	if tok == "" {
+		return 0, nil
+	}
+	ascii := true
+	for _, r := range tok {
+		if !unicode.IsDigit(r) && !unicode.Is(unicode.No, r) {
+			return 0, nil
+		}
+		if r < '0' || r > '9' {
+			ascii = false
+		}
+	}
+	if !ascii {
+		return 0, fmt.Errorf("judge log-probabilities: alternative %q is digits Python may not read as a number", tok)
 	}
 	v, err := strconv.ParseFloat(tok, 64)
 	if err != nil {
-		return 0
+		return 0, fmt.Errorf("judge log-probabilities: alternative %q: %w", tok, err)
 	}
-	return v
+	return v, nil
 }
 
 // normalise turns log-probabilities into probabilities summing to 1
@@ -404,25 +480,33 @@ func normalise(logps []float64) []float64 {
 
 // OEQSummary is the mean over open-ended questions scored by one scorer.
 type OEQSummary struct {
-	Scorer    OEQScorer
-	Questions int
-	Mean      float64
+	Scorer    OEQScorer `json:"scorer"`
+	Questions int       `json:"questions"`
+	// Mean is over every question under OEQRatingTokens (unanswered ones
+	// count 1), over the answered ones under OEQPublished (0 when none is).
+	Mean float64 `json:"mean"`
 	// Weighted and Plain count how each score was computed, Unanswered the
-	// questions without an answer (scored 1). Mode is "weighted", "plain"
+	// questions without an answer. Mode is "weighted", "plain"
 	// or "mixed" for the board to show.
-	Weighted, Plain, Unanswered int
-	Mode                        string
+	Weighted   int    `json:"weighted"`
+	Plain      int    `json:"plain"`
+	Unanswered int    `json:"unanswered"`
+	Mode       string `json:"mode"`
 }
 
 // SummariseOEQ averages scores; every score must be by scorer s.
 func SummariseOEQ(scores []OEQScore, s OEQScorer) (OEQSummary, error) {
 	sum := OEQSummary{Scorer: s, Questions: len(scores)}
-	total := 0.0
+	total, counted := 0.0, 0
 	for _, sc := range scores {
 		if sc.Scorer != s {
 			return OEQSummary{}, fmt.Errorf("heureka: %s scored by %s, not %s: scores of different scorers do not mix", sc.ID, sc.Scorer, s)
 		}
-		total += sc.Score
+		// The published code skips a missing prediction.
+		if !(sc.Unanswered && s == OEQPublished) {
+			total += sc.Score
+			counted++
+		}
 		switch {
 		case sc.Unanswered:
 			sum.Unanswered++
@@ -432,8 +516,8 @@ func SummariseOEQ(scores []OEQScore, s OEQScorer) (OEQSummary, error) {
 			sum.Plain++
 		}
 	}
-	if len(scores) > 0 {
-		sum.Mean = total / float64(len(scores))
+	if counted > 0 {
+		sum.Mean = total / float64(counted)
 	}
 	switch {
 	case sum.Weighted > 0 && sum.Plain > 0:

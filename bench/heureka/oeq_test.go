@@ -107,12 +107,12 @@ func TestScoreOEQLogprobs(t *testing.T) {
 		// A digit outside 1-5: published takes its number (.5*4 + .5*7 = 5.5),
 		// rating-tokens ignores it (4).
 		{"digit 7", []TopLogprob{{"4", ln(.5)}, {"7", ln(.5)}}, 5.5, 4, true},
-		// More than 3 alternatives: only the first 3 count.
-		{"top 3 only", []TopLogprob{{"4", ln(.25)}, {"3", ln(.25)}, {"2", ln(.25)}, {"1", ln(.25)}}, 3, 3, true},
-		// Tiny log-probabilities do not underflow: equal weights, (4+2)/2.
-		{"tiny", []TopLogprob{{"4", -2000}, {"2", -2000}}, 3, 3, true},
-		// No alternatives: the plain rating.
-		{"no alternatives", []TopLogprob{}, 4, 4, false},
+		// More than 3 alternatives: rating-tokens takes the first 3 (3);
+		// published all it is given ((4+3+2+1)/4).
+		{"top 3 only", []TopLogprob{{"4", ln(.25)}, {"3", ln(.25)}, {"2", ln(.25)}, {"1", ln(.25)}}, 2.5, 3, true},
+		// No alternatives: the plain rating for rating-tokens; published
+		// sums nothing: 0.
+		{"no alternatives", []TopLogprob{}, 0, 4, false},
 		// Only non-ratings: published weighs them (0); rating-tokens falls back.
 		{"no rating alternative", []TopLogprob{{"x", ln(.9)}}, 0, 4, true},
 	}
@@ -123,7 +123,7 @@ func TestScoreOEQLogprobs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s %s: %v", c.name, s, err)
 			}
-			want, weighted := c.published, c.weighted
+			want, weighted := c.published, c.weighted || c.name == "no alternatives"
 			if s == OEQRatingTokens {
 				want = c.ratingTok
 				weighted = c.weighted && c.name != "no rating alternative"
@@ -132,6 +132,15 @@ func TestScoreOEQLogprobs(t *testing.T) {
 				t.Errorf("%s %s: %+v, want score %v weighted %v", c.name, s, got, want, weighted)
 			}
 		}
+	}
+	// Tiny log-probabilities: rating-tokens does not underflow (equal
+	// weights, (4+2)/2); published's probabilities are 0/0, an error.
+	tiny := tokensOf(parts, "4", []TopLogprob{{"4", -2000}, {"2", -2000}})
+	if got, err := ScoreOEQ(id, resp, tiny, OEQRatingTokens); err != nil || !near(got.Score, 3) {
+		t.Errorf("tiny rating-tokens: %+v %v", got, err)
+	}
+	if _, err := ScoreOEQ(id, resp, tiny, OEQPublished); err == nil || !strings.Contains(err.Error(), "NaN") {
+		t.Errorf("tiny published: %v, want the NaN error", err)
 	}
 	// Without log-probabilities: the plain rating, flagged so.
 	for _, s := range OEQScorers() {
@@ -142,10 +151,11 @@ func TestScoreOEQLogprobs(t *testing.T) {
 	}
 }
 
-// TestScoreOEQRatingToken: the rating token is found by its place in the
-// response, not by the first token that equals the rating (the published
-// rule, which a fact numbered like the rating would fool); when the tokens
-// do not spell the response the published rule is used.
+// TestScoreOEQRatingToken: under rating-tokens the rating token is found
+// by its place in the response, not by the first token that equals the
+// rating (the published rule, which a fact numbered like the rating would
+// fool); when the tokens do not spell the response the published rule is
+// used. Published always takes the first.
 func TestScoreOEQRatingToken(t *testing.T) {
 	id := QuestionID{"p", "i", "Question1"}
 	resp := "<facts>\nF1: PRESENT | a\nF2: PRESENT | b\nF3: MISSING | x\n</facts>\n<rating>3</rating>"
@@ -156,20 +166,29 @@ func TestScoreOEQRatingToken(t *testing.T) {
 	toks := tokensOf(parts, "", nil)
 	toks[2].TopLogprobs = []TopLogprob{{"3", math.Log(.5)}, {"1", math.Log(.5)}} // the fact number's alternatives
 	toks[4].TopLogprobs = []TopLogprob{{"3", math.Log(.5)}, {"5", math.Log(.5)}} // the rating's
-	got, err := ScoreOEQ(id, resp, toks, OEQPublished)
+	got, err := ScoreOEQ(id, resp, toks, OEQRatingTokens)
 	if err != nil || !near(got.Score, 4) || !got.Weighted {
 		t.Errorf("by place: %+v %v; want (3+5)/2 = 4", got, err)
 	}
-	// Tokens that do not spell the response: the first token "3" (the decoy).
-	toks[1].Token = "G"
+	// Published: the first token "3" (the decoy), as the published code.
 	got, err = ScoreOEQ(id, resp, toks, OEQPublished)
 	if err != nil || !near(got.Score, 2) {
-		t.Errorf("published fallback: %+v %v; want (3+1)/2 = 2", got, err)
+		t.Errorf("published: %+v %v; want (3+1)/2 = 2", got, err)
 	}
-	// No token is the rating: the plain rating.
-	got, err = ScoreOEQ(id, resp, []TokenLogprob{{Token: resp}}, OEQPublished)
+	// Tokens that do not spell the response: the first token "3" (the decoy).
+	toks[1].Token = "G"
+	got, err = ScoreOEQ(id, resp, toks, OEQRatingTokens)
+	if err != nil || !near(got.Score, 2) {
+		t.Errorf("rating-tokens fallback: %+v %v; want (3+1)/2 = 2", got, err)
+	}
+	// No token is the rating: the plain rating for rating-tokens, the
+	// published code's ValueError for published.
+	got, err = ScoreOEQ(id, resp, []TokenLogprob{{Token: resp}}, OEQRatingTokens)
 	if err != nil || got.Score != 3 || got.Weighted {
 		t.Errorf("no rating token: %+v %v", got, err)
+	}
+	if _, err = ScoreOEQ(id, resp, []TokenLogprob{{Token: resp}}, OEQPublished); err == nil || !strings.Contains(err.Error(), "ValueError") {
+		t.Errorf("no rating token, published: %v", err)
 	}
 	// A fenced response: the offset accounts for the fence.
 	fenced := "```\n<rating>2</rating>\n```"
@@ -192,8 +211,18 @@ func TestScoreOEQFailures(t *testing.T) {
 		t.Error("NaN log-probability accepted")
 	}
 	bad[1].TopLogprobs[0].Logprob = 0.5
-	if _, err := ScoreOEQ(id, "<rating>4</rating>", bad, OEQPublished); err == nil {
+	if _, err := ScoreOEQ(id, "<rating>4</rating>", bad, OEQRatingTokens); err == nil {
 		t.Error("positive log-probability accepted")
+	}
+	// Published reads the first <rating>digits</rating>, whatever else
+	// the response holds (rating-tokens refuses two ratings or a 9).
+	for resp, want := range map[string]float64{"<rating>2</rating><rating>5</rating>": 2, "<rating>9</rating>": 9, "<rating>x</rating><rating>3</rating>": 3} {
+		if got, err := ScoreOEQ(id, resp, nil, OEQPublished); err != nil || got.Score != want {
+			t.Errorf("published %q: %+v %v, want %v", resp, got, err, want)
+		}
+		if _, err := ScoreOEQ(id, resp, nil, OEQRatingTokens); err == nil && want != 3 {
+			t.Errorf("rating-tokens %q accepted", resp)
+		}
 	}
 }
 
@@ -205,8 +234,8 @@ func TestSummariseOEQ(t *testing.T) {
 		UnansweredOEQ(id, OEQPublished),
 	}
 	s, err := SummariseOEQ(scores, OEQPublished)
-	// (3.8 + 2 + 1) / 3.
-	if err != nil || !near(s.Mean, 6.8/3) || s.Weighted != 1 || s.Plain != 1 || s.Unanswered != 1 || s.Mode != "mixed" || s.Questions != 3 {
+	// (3.8 + 2) / 2: the published code skips the unanswered question.
+	if err != nil || !near(s.Mean, 2.9) || s.Weighted != 1 || s.Plain != 1 || s.Unanswered != 1 || s.Mode != "mixed" || s.Questions != 3 {
 		t.Errorf("%+v %v", s, err)
 	}
 	if s, _ := SummariseOEQ(scores[:1], OEQPublished); s.Mode != "weighted" {
@@ -217,5 +246,14 @@ func TestSummariseOEQ(t *testing.T) {
 	}
 	if _, err := SummariseOEQ(scores, OEQRatingTokens); err == nil {
 		t.Error("scores of another scorer mixed")
+	}
+	// Rating-tokens counts the unanswered question as 1: (3.8 + 2 + 1) / 3.
+	rt := []OEQScore{{ID: id, Scorer: OEQRatingTokens, Score: 3.8, Weighted: true}, {ID: id, Scorer: OEQRatingTokens, Score: 2},
+		UnansweredOEQ(id, OEQRatingTokens)}
+	if s, err := SummariseOEQ(rt, OEQRatingTokens); err != nil || !near(s.Mean, 6.8/3) {
+		t.Errorf("rating-tokens: %+v %v", s, err)
+	}
+	if s, _ := SummariseOEQ(scores[2:], OEQPublished); s.Mean != 0 || s.Unanswered != 1 {
+		t.Errorf("published, none answered: %+v", s)
 	}
 }

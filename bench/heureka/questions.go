@@ -18,7 +18,9 @@ const MaxQuestionFileBytes = 16 << 20
 // key as the published evaluation names them ("paper1", "insight #1",
 // "Question2").
 type QuestionID struct {
-	Paper, Insight, Question string
+	Paper    string `json:"paper"`
+	Insight  string `json:"insight"`
+	Question string `json:"question"`
 }
 
 func (q QuestionID) String() string { return q.Paper + "/" + q.Insight + "/" + q.Question }

@@ -2,6 +2,7 @@ package repro
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -51,7 +52,7 @@ func (s Spec) Validate() error {
 	t := corebench.Task{Field: s.Capsule.Field, Language: s.Capsule.Language, CapsuleTitle: s.Capsule.CapsuleTitle,
 		CapsuleID: s.Capsule.CapsuleID, CapsuleDOI: s.Capsule.CapsuleDOI, TaskPrompt: s.Capsule.TaskPrompt,
 		Results: []corebench.Answers{{}}}
-	if err := t.Validate(0); err != nil {
+	if err := validateEntry(t); err != nil {
 		return fmt.Errorf("spec: field capsule: %w", err)
 	}
 	if len(s.Rules) == 0 {
@@ -247,7 +248,7 @@ func Check(spec Spec, runs []Run, claimed map[string][]byte) (Report, error) {
 			}
 		}
 	}
-	if err := rep.Task.Validate(0); err != nil {
+	if err := validateEntry(rep.Task); err != nil {
 		return Report{}, fmt.Errorf("reproducibility check of %s: the task entry is invalid: %w", c.CapsuleID, err)
 	}
 	for _, q := range rep.Questions {
@@ -332,6 +333,25 @@ type Status struct {
 	// Waiting says why runs wait that no node can run (the coordinator's
 	// words, one line per reason).
 	Waiting []string `json:"waiting,omitempty"`
+	// Capsule names the capsule; Runs are the runs with links to their
+	// pages and logs; FailedBecause says why each failed run failed.
+	Capsule struct {
+		ID    string `json:"id"`
+		Title string `json:"title,omitempty"`
+	} `json:"capsule"`
+	Runs []struct {
+		Run        int    `json:"run"`
+		Attempt    string `json:"attempt,omitempty"`
+		Page       string `json:"page,omitempty"`
+		Logs       string `json:"logs,omitempty"`
+		State      string `json:"state"`
+		Outcome    string `json:"outcome,omitempty"`
+		Failed     bool   `json:"failed,omitempty"`
+		ExitCode   *int32 `json:"exit_code,omitempty"`
+		StderrTail string `json:"stderr_tail,omitempty"`
+		Detail     string `json:"detail,omitempty"`
+	} `json:"runs,omitempty"`
+	FailedBecause []string `json:"failed_because,omitempty"`
 }
 
 // Status states.
@@ -427,4 +447,41 @@ func writeDraft(b *strings.Builder, d Draft) {
 	for _, t := range d.Truncated {
 		fmt.Fprintf(b, "  not read whole: %s\n", t)
 	}
+}
+
+// MaxFolderName bounds a capsule's folder name.
+const MaxFolderName = 128
+
+// CheckFolderName checks a capsule's folder name, the spec's capsule_id
+// and the tarball's one top folder: 1 to MaxFolderName letters, digits,
+// '.', '_' or '-', starting with a letter or digit (so never "." or ".."
+// and never a path). CodeOcean's "capsule-1234567" is one such name;
+// "my-analysis" or "rnaseq_2024.v2" are others.
+func CheckFolderName(name string) error {
+	ok := name != "" && len(name) <= MaxFolderName
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		ok = alnum || i > 0 && (c == '.' || c == '_' || c == '-')
+	}
+	if !ok {
+		return fmt.Errorf("capsule_id %q: want the capsule's folder name, the one top folder of its tarball: 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit (e.g. capsule-1234567 or my-analysis)", name, MaxFolderName)
+	}
+	return nil
+}
+
+// validateEntry validates a task entry as CORE-Bench's Task.Validate does,
+// except that its capsule ID may be any folder name CheckFolderName
+// accepts (CORE-Bench's task files want "capsule-" and digits; a
+// scientist's capsule need not come from CodeOcean).
+func validateEntry(t corebench.Task) error {
+	if err := CheckFolderName(t.CapsuleID); err != nil {
+		return err
+	}
+	id := t.CapsuleID
+	t.CapsuleID = "capsule-0" // checked above
+	if err := t.Validate(0); err != nil {
+		return errors.New(strings.ReplaceAll(err.Error(), "capsule-0", id))
+	}
+	return nil
 }

@@ -467,7 +467,7 @@ func DraftEntry(c Capsule, runs []Run) (Draft, corebench.Task, error) {
 		d.Values = append(d.Values, v)
 	}
 	d.Spec.Capsule, d.Spec.Runs = c, len(runs)
-	if err := task.Validate(0); err != nil {
+	if err := validateEntry(task); err != nil {
 		return Draft{}, corebench.Task{}, fmt.Errorf("draft of %s: the task entry is invalid: %w", c.CapsuleID, err)
 	}
 	return d, task, nil

@@ -151,7 +151,7 @@ func TestCheck(t *testing.T) {
 			notReproduced: []string{ruleAUC.Question}, inEntry: []string{ruleAUC.Question, ruleN.Question}},
 		{name: "one successful run", spec: spec(3, ruleAUC), runs: []Run{three[0], {Node: "b", Outcome: "oom"}}, wantErr: "1 successful runs of 2"},
 		{name: "bad spec", spec: spec(1, ruleAUC), runs: three, wantErr: "field runs"},
-		{name: "bad capsule", spec: func() Spec { s := spec(3, ruleAUC); s.Capsule.CapsuleID = "x"; return s }(), runs: three, wantErr: "field capsule"},
+		{name: "bad capsule", spec: func() Spec { s := spec(3, ruleAUC); s.Capsule.CapsuleID = "../x"; return s }(), runs: three, wantErr: "want the capsule's folder name"},
 		// No rules: a draft check (TestDraftCheck), which needs 2 runs too.
 		{name: "no rules, one successful run", spec: spec(3), runs: []Run{three[0], {Node: "b", Outcome: "oom"}}, wantErr: "at least 2"},
 	}
@@ -283,5 +283,33 @@ func TestCanonical(t *testing.T) {
 		if tt.equal != parse(tt.a).Equal(parse(tt.b)) {
 			t.Errorf("%s == %s is %v in Python's terms; the table says %v", tt.a, tt.b, !tt.equal, tt.equal)
 		}
+	}
+}
+
+// TestCheckFolderName: any safe folder name is a capsule's, with a
+// message for scientists otherwise.
+func TestCheckFolderName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"capsule-1234567": true, "my-analysis": true, "rnaseq_2024.v2": true, "A": true, strings.Repeat("a", MaxFolderName): true,
+		"": false, ".": false, "..": false, "-x": false, ".hidden": false, "a/b": false, "a b": false, "é": false,
+		strings.Repeat("a", MaxFolderName+1): false,
+	} {
+		err := CheckFolderName(name)
+		if (err == nil) != ok {
+			t.Errorf("%q: %v, want ok %v", name, err, ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "folder name") {
+			t.Errorf("%q: %v is not written for scientists", name, err)
+		}
+	}
+	// A spec of a capsule named my-analysis validates and checks.
+	s := spec(3, ruleAUC)
+	s.Capsule.CapsuleID = "my-analysis"
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Check(s, []Run{run("a", "0.93", "6", "Lasso"), run("b", "0.93", "6", "Lasso"), run("c", "0.93", "6", "Lasso")}, nil)
+	if err != nil || rep.Task.CapsuleID != "my-analysis" {
+		t.Errorf("check of my-analysis: %+v %v", rep.Task, err)
 	}
 }

@@ -99,7 +99,7 @@ func TestLeaderboardCommand(t *testing.T) {
 	// Every family's boards as text, each in its family's form.
 	for _, want := range []string{"shellqa qa, plain variant, scorer shellqa@1", "solver", "75.0%",
 		"paperbench pb, full variant, grader paperbench-report-failed@1", "judge o3-mini (reasoning high)", "87.5%", "$0.0123",
-		"heureka hb, mcq questions, heureka-mcq-trimmed@1", "66.7%", "heureka hb, oeq questions, heureka-oeq-published@1",
+		"heureka hb, mcq questions, heureka-mcq-trimmed@1", "66.7%", "heureka hb, oeq questions, heureka-oeq-published@2", "grader: published code",
 		"judge gpt-4o (temperature 0, top_p 1, max 1000 tokens, top 3 log-probabilities)", "mixed (1 weighted, 1 plain, 0 unanswered)",
 		"bixbench: 1 boards of a family this command cannot show as text (see --json)"} {
 		if !strings.Contains(out.String(), want) {

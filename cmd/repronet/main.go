@@ -28,7 +28,7 @@ Commands:
   node          run a volunteer node: announce slots, run assigned attempts in containerd
   capsule       manage content-addressed capsules: add, get, ls, verify, extract, rm, fetch-origin, serve
   chaos         run a coordinator and nodes as processes, kill and partition them, check nothing is lost
-  grade         grade one report.json against a CORE-Bench task file, as the coordinator does
+  grade         re-grade offline as the coordinator does: a CORE-Bench report.json, a PaperBench rubric and leaf grades, HeurekaBench answers or judge answers
   leaderboard   print a coordinator's leaderboards (--api URL): text, --json, or --hal DIR for HAL _UPLOAD.json files
   repro         reproducibility checks: submit TARBALL --spec S --runs K [--wait], status ID, check --spec S RUN_DIR...
   admin         the operator's accounts: groups (quota), submitters, tokens (make, list, revoke)

@@ -23,10 +23,12 @@ import (
 	"time"
 
 	"github.com/repronet/repronet/bench/repro"
+	"github.com/repronet/repronet/bench/repro/reproenv"
+	"github.com/repronet/repronet/internal/debimage"
 )
 
-// Coordinator API of reproducibility checks (submitting needs the admin
-// bearer token).
+// Coordinator API of reproducibility checks (submitting needs a
+// submitter's token, or the admin's).
 const (
 	// reproPath: POST a multipart/form-data body with a "spec" part
 	// (repro.Spec as JSON), optionally an "image" part (the registered
@@ -43,7 +45,7 @@ type reproService interface {
 	Status(ctx context.Context, id string) (repro.Status, error)
 }
 
-const reproUsage = `repro submit TARBALL [--spec SPEC.json] [--runs K] [--wait] | repro status ID | repro check (--spec SPEC.json [--claimed TARBALL|DIR] | --capsule-id ID) RUN_DIR...`
+const reproUsage = `repro submit TARBALL [--spec SPEC.json] [--runs K] [--wait] | repro status ID | repro check (--spec SPEC.json [--claimed TARBALL|DIR] | --capsule-id ID) RUN_DIR... | repro runtime-image --out FILE`
 
 func runRepro(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
@@ -51,7 +53,8 @@ func runRepro(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"  submit  runs the capsule's own run script K times on distinct nodes and reports which answers reproduce\n"+
 			"          (without --spec: a draft task entry from every number of the runs' results/, to edit)\n"+
 			"  status  shows a submitted check\n"+
-			"  check   builds the report from runs made elsewhere (capsule folders after their run), without a coordinator\n", reproUsage)
+			"  check   builds the report from runs made elsewhere (capsule folders after their run), without a coordinator\n"+
+			"  runtime-image  builds the default environment of capsules without environment/ (Debian 12, Python 3, R), to push as agent \"runtime\"\n", reproUsage)
 		if len(args) == 0 {
 			return errors.New("a subcommand is required")
 		}
@@ -64,8 +67,10 @@ func runRepro(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return reproStatus(ctx, args[1:], stdout, stderr)
 	case "check":
 		return reproCheck(args[1:], stdout, stderr)
+	case "runtime-image":
+		return reproRuntimeImage(ctx, args[1:], stdout, stderr)
 	}
-	return fmt.Errorf("unknown subcommand %q (submit, status, check)", args[0])
+	return fmt.Errorf("unknown subcommand %q (submit, status, check, runtime-image)", args[0])
 }
 
 // apiFlags are the flags of the commands that talk to a coordinator.
@@ -73,18 +78,26 @@ type apiFlags struct {
 	api, tokenFile *string
 	asJSON         *bool
 	timeout        *time.Duration
+	fs             *flag.FlagSet
 }
 
 func addAPIFlags(fs *flag.FlagSet) apiFlags {
 	return apiFlags{
-		api:       fs.String("api", "http://127.0.0.1:8080", "base URL of the coordinator's HTTP API"),
+		fs:        fs,
+		api:       fs.String("api", "http://127.0.0.1:8080", "base URL of the coordinator's HTTP API (default: $REPRONET_API when set)"),
 		tokenFile: fs.String("token-file", "", "file holding the bearer token for submitting (default: $REPRONET_TOKEN)"),
 		asJSON:    fs.Bool("json", false, "print JSON"),
 		timeout:   fs.Duration("timeout", 10*time.Minute, "HTTP timeout of one request (an upload can be large)"),
 	}
 }
 
+// client is the API client of the parsed flags: --api, else $REPRONET_API,
+// else the local default; --token-file, else $REPRONET_TOKEN. Every
+// command that talks to a coordinator reads the same settings.
 func (f apiFlags) client() (*apiClient, error) {
+	if env := os.Getenv("REPRONET_API"); env != "" && (f.fs == nil || !flagSet(f.fs, "api")) {
+		*f.api = env
+	}
 	token := os.Getenv("REPRONET_TOKEN")
 	if *f.tokenFile != "" {
 		b, err := os.ReadFile(*f.tokenFile)
@@ -170,6 +183,31 @@ func reproSubmitWith(ctx context.Context, svc reproService, spec repro.Spec, nam
 	}
 }
 
+// reproRuntimeImage builds the capsules' default environment
+// (reproenv.RuntimeImageSpec) with debimage: as root, with debootstrap,
+// reaching a Debian mirror the first time (the root file system is cached).
+func reproRuntimeImage(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("repro runtime-image", "repro runtime-image --out FILE [--mirror URL] [--cache DIR]", stderr)
+	out := fs.String("out", "", "the OCI image tarball to write")
+	mirror := fs.String("mirror", debimage.DefaultMirror, "Debian mirror")
+	cache := fs.String("cache", debimage.DefaultCacheDir, "folder keeping the root file system between builds")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" || fs.NArg() != 0 {
+		fs.Usage()
+		return errors.New("--out is required")
+	}
+	spec := reproenv.RuntimeImageSpec()
+	if err := (debimage.Builder{CacheDir: *cache, Mirror: *mirror}).Build(ctx, *out, spec); err != nil {
+		return fmt.Errorf("runtime image: %w", err)
+	}
+	fmt.Fprintf(stdout, "wrote %s (%s: %s); register it with `repronet agent push %s %s` (admin token), "+
+		"and give it to nodes with --base-image %s so that environments can build FROM it\n",
+		*out, spec.Ref, strings.Join(spec.Packages, ", "), reproenv.DefaultRuntimeAgent, *out, *out)
+	return nil
+}
+
 func reproStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("repro status", "repro status ID [--api URL] [--json]", stderr)
 	f := addAPIFlags(fs)
@@ -207,6 +245,29 @@ func printStatus(st repro.Status, asJSON bool, stdout io.Writer) error {
 		return enc.Encode(st)
 	}
 	fmt.Fprint(stdout, statusLine(st))
+	if st.Capsule.ID != "" {
+		fmt.Fprintf(stdout, "capsule %s", st.Capsule.ID)
+		if st.Capsule.Title != "" {
+			fmt.Fprintf(stdout, ": %s", st.Capsule.Title)
+		}
+		fmt.Fprintln(stdout)
+	}
+	for _, r := range st.Runs {
+		fmt.Fprintf(stdout, "  run %d: %s", r.Run, r.State)
+		if r.Outcome != "" {
+			fmt.Fprintf(stdout, ", %s", r.Outcome)
+		}
+		if r.ExitCode != nil {
+			fmt.Fprintf(stdout, ", exit status %d", *r.ExitCode)
+		}
+		if r.Logs != "" {
+			fmt.Fprintf(stdout, "  logs: repronet attempt logs %s", r.Attempt)
+		}
+		fmt.Fprintln(stdout)
+	}
+	for _, why := range st.FailedBecause {
+		fmt.Fprintf(stdout, "failed: %s\n", why)
+	}
 	if st.Error != "" {
 		fmt.Fprintf(stdout, "error: %s\n", st.Error)
 	}
@@ -446,7 +507,7 @@ func tarballTopAndFile(p, name string) (string, []byte, error) {
 }
 
 // readCapsuleTarball reads the rule files of a capsule tarball (gzipped
-// or not) holding one top folder capsule-NNNNNNN/; paths are taken below
+// or not) holding one top folder, the capsule's (any safe folder name); paths are taken below
 // that folder. Only regular files are read.
 func readCapsuleTarball(p string, files map[string]bool) (map[string][]byte, error) {
 	out := map[string][]byte{}

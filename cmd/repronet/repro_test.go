@@ -125,7 +125,7 @@ func TestReproCheckDraft(t *testing.T) {
 	if strings.Contains(out.String(), "other.txt") || strings.Contains(out.String(), "link.txt") {
 		t.Errorf("read outside results/ or through a link:\n%s", out.String())
 	}
-	for _, bad := range [][]string{{"check", "--capsule-id", "x", runs[0], runs[1]}, {"check", "--capsule-id", "capsule-0000009", "--spec", "s.json", runs[0], runs[1]}} {
+	for _, bad := range [][]string{{"check", "--capsule-id", "../x", runs[0], runs[1]}, {"check", "--capsule-id", "capsule-0000009", "--spec", "s.json", runs[0], runs[1]}} {
 		if err := runRepro(context.Background(), bad, &out, &errOut); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
@@ -224,5 +224,42 @@ func TestReproSubmitAndStatus(t *testing.T) {
 	}
 	if _, err := c.Status(context.Background(), "../x"); err == nil {
 		t.Error("malformed ID accepted")
+	}
+}
+
+// TestReproHonoursSettings: repro status and submit read $REPRONET_API
+// and $REPRONET_TOKEN as the other commands do (--api still wins).
+func TestReproHonoursSettings(t *testing.T) {
+	var gotAuth []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotAuth = append(gotAuth, r.Header.Get("Authorization"))
+		if r.URL.Path != "/api/repro/rp-1" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"id":"rp-1","state":"running","runs_done":1,"runs_wanted":3,"capsule":{"id":"growth-curves","title":"Growth"},
+			"runs":[{"run":1,"attempt":"ah-1","page":"/attempts/ah-1","logs":"/api/attempts/ah-1/logs","state":"done","outcome":"agent_error","failed":true,"exit_code":1}],
+			"failed_because":["run 1: agent_error, exit status 1; stderr ends: No module named 'pandas'"]}`))
+	}))
+	defer srv.Close()
+	t.Setenv("REPRONET_API", srv.URL)
+	t.Setenv("REPRONET_TOKEN", "rns_from_the_environment")
+	var out, errOut bytes.Buffer
+	if err := runRepro(context.Background(), []string{"status", "rp-1"}, &out, &errOut); err != nil {
+		t.Fatalf("status through $REPRONET_API: %v (%s)", err, errOut.String())
+	}
+	for _, want := range []string{"running", "capsule growth-curves: Growth", "run 1: done, agent_error, exit status 1  logs: repronet attempt logs ah-1",
+		"failed: run 1: agent_error, exit status 1; stderr ends: No module named 'pandas'"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in\n%s", want, out.String())
+		}
+	}
+	if len(gotAuth) != 1 || gotAuth[0] != "Bearer rns_from_the_environment" {
+		t.Errorf("status: %q, authorization %q", out.String(), gotAuth)
+	}
+	// --api wins over the environment.
+	if err := runRepro(context.Background(), []string{"status", "rp-1", "--api", "http://127.0.0.1:1"}, &out, &errOut); err == nil {
+		t.Error("--api was not used over $REPRONET_API")
 	}
 }

@@ -366,7 +366,7 @@ func (s *State) reproQueued(e ReproQueued) {
 		s.Seq++
 		rec.Units = append(rec.Units, unit)
 		s.addAttempt(&Attempt{ID: aid, Suite: ReproSuite, TaskID: rec.ID, Agent: rec.Image, Run: k, Unit: unit,
-			Kind: KindCapsuleRun, Repro: rec.ID, Seq: s.Seq, State: StateQueued, EnqueuedAt: s.now, Needs: needsOf(s.cfg.Limits)})
+			Kind: KindCapsuleRun, Repro: rec.ID, Group: rec.Group, Seq: s.Seq, State: StateQueued, EnqueuedAt: s.now, Needs: needsOf(s.cfg.Limits)})
 		s.persistWork(unit)
 	}
 	r := rec

@@ -434,6 +434,10 @@ type ReproRecord struct {
 	// Claimed holds the files of the tarball the checker reads, as
 	// submitted (nil when it has none).
 	Claimed map[string][]byte `json:"claimed,omitempty"`
+	// Group and Submitter: who submitted it (empty: the admin); its
+	// runs are the group's attempts.
+	Group     string `json:"group,omitempty"`
+	Submitter string `json:"submitter,omitempty"`
 	// Units are the runs, in order.
 	Units   []string        `json:"units"`
 	Created time.Time       `json:"created"`

@@ -21,8 +21,10 @@ type Board struct {
 	Family string `json:"family"`
 	Suite  string `json:"suite"`
 	Kind   string `json:"kind"`
-	// Grader is the MCQ grader or the OEQ scorer.
+	// Grader is the MCQ grader or the OEQ scorer; Origin says whose rule
+	// it is (heureka.Origin): the published code's, or repronet's own.
 	Grader  string          `json:"grader"`
+	Origin  string          `json:"origin"`
 	Scoring json.RawMessage `json:"scoring"`
 	// Judge is the OEQ judge and its settings (OEQ boards only).
 	Judge *heureka.JudgeSettings `json:"judge,omitempty"`
@@ -182,7 +184,8 @@ func (s *Suite) Boards(entries []bench.Entry) ([]any, error) {
 	})
 	out := make([]any, 0, len(keys))
 	for _, k := range keys {
-		b := Board{Family: Name, Suite: s.name, Kind: k.kind, Grader: k.grader, Scoring: json.RawMessage(k.scoring), Rows: []Row{}}
+		b := Board{Family: Name, Suite: s.name, Kind: k.kind, Grader: k.grader, Origin: heureka.Origin(k.grader),
+			Scoring: json.RawMessage(k.scoring), Rows: []Row{}}
 		if k.kind == KindOEQ {
 			var sc Scoring
 			if err := json.Unmarshal([]byte(k.scoring), &sc); err != nil {
@@ -282,6 +285,10 @@ func WriteText(w io.Writer, boards []Board) error {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "heureka %s, %s questions, %s\n", b.Suite, b.Kind, b.Grader)
+		if b.Origin == "" {
+			b.Origin = heureka.Origin(b.Grader)
+		}
+		fmt.Fprintf(w, "grader: %s\n", b.Origin)
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 		if b.Kind == KindMCQ {
 			fmt.Fprintln(tw, "agent\tmodel\taccuracy\tmacro P/R/F1\tmicro P/R/F1\tanswered/questions\tvalidated/units\tagent cost")

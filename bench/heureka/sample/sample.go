@@ -11,7 +11,7 @@
 // the second 2 without any, as a provider that returns none.
 //
 // Expected metrics, by hand (see the tests): MCQ accuracy 1/3 under
-// heureka-mcq-published@1 ("B, D" predicts {"B", " D"}) and 2/3 under
+// heureka-mcq-published@2 ("B, D" predicts {"B", " D"}) and 2/3 under
 // heureka-mcq-trimmed@1; OEQ mean (Weighted + 2)/2, one weighted score
 // and one plain.
 //
