@@ -377,9 +377,12 @@ func TestInfraFailuresLoseWork(t *testing.T) {
 		t.Fatalf("while cooling down the node got %d more attempts", later-got)
 	}
 	rec := record(c, broken.id().String())
-	// Charges wait for another node to run the job, so the broken node
-	// takes a few more attempts than it fails before it cools down.
-	if rec.InfraErrors < c.cfg.Allowance.CoolAfter || got > 3*c.cfg.Allowance.CoolAfter {
+	// Charges wait for another node to run the job, so how many attempts
+	// the broken node takes before it cools down depends on how fast the
+	// honest node runs them (a job's own fault must never cool a
+	// volunteer down): what holds is that it was charged, cooled, and
+	// never took all the work.
+	if rec.InfraErrors < c.cfg.Allowance.CoolAfter || got >= 30 {
 		t.Fatalf("%d infrastructure failures reported, %d attempts given; want at least %d failures and few attempts",
 			rec.InfraErrors, got, c.cfg.Allowance.CoolAfter)
 	}
