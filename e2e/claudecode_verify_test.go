@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,8 +36,12 @@ const (
 	ccSmall = "cc-small"
 )
 
-// ccSide is the prompt of the sub-agent Claude Code's main loop starts on
-// the small model, beside its own Bash call.
+// ccSide is the prompt of the sub-agent Claude Code's main loop starts in
+// the background on the small model: the main loop goes on (its Bash
+// call, report.json, its last words) while the sub-agent's conversation
+// runs. The sub-agent takes 6 s, so that its completion notice reaches
+// the main loop after the main loop's last words, at the same place on
+// every node (Claude Code inserts a notice wherever it arrives).
 const ccSide = "SIDE: list the capsule's results folder and say what is in it."
 
 // ccBashID is the id of the main loop's Bash call (the forging node plants
@@ -45,23 +50,25 @@ const ccBashID = "toolu_bash_main"
 
 // ccScript scripts Claude Code for the matrix. Each main model's first
 // turn calls, at once, the Agent tool (a general-purpose sub-agent on the
-// small model, "haiku", in the foreground: Claude Code runs it, its own
-// conversation with the small model, while it runs the Bash call) and
-// Bash (the model's command); once a tool result holds a task's result
+// small model, "haiku", in the background: its own conversation with the
+// small model, open while the main loop makes its next calls) and Bash
+// (the model's command); once a tool result holds a task's result
 // line it writes report.json with the task's answers, and once written
 // it says it is done. The blind model's command lists the results folder
 // only: an honest run sees no answer and writes no report. The sub-agent
-// runs one Bash call that prints the date and lists the folder, then
-// reports.
+// runs one Bash call that waits 6 s, prints the date and lists the
+// folder, then reports. (A sub-agent in the foreground hands back a tool
+// result holding its duration_ms and a random hex id: docs/verification.md
+// says why that can leave honest runs unverified.)
 func ccScript(tasks []verifyTask) (modelsim.Script, error) {
 	u := clisim.UsageAnthropic
-	agent, err := json.Marshal(map[string]any{"description": "List the results folder", "prompt": ccSide,
-		"subagent_type": "general-purpose", "model": "haiku", "run_in_background": false})
-	if err != nil {
-		return modelsim.Script{}, err
-	}
 	var s modelsim.Script
 	for _, model := range []string{ccDet, ccNoisy, ccBlind} {
+		agent, err := json.Marshal(map[string]any{"description": "List the results folder", "prompt": ccSide,
+			"subagent_type": "general-purpose", "model": "haiku", "run_in_background": true})
+		if err != nil {
+			return modelsim.Script{}, err
+		}
 		// Written: done (first, since the result line stays in the
 		// conversation).
 		s.Rules = append(s.Rules, modelsim.Rule{When: modelsim.Cond{Model: model, ToolResultContains: clisim.ReportPath},
@@ -95,7 +102,8 @@ func ccScript(tasks []verifyTask) (modelsim.Script, error) {
 						{ID: ccBashID, Name: "Bash", Arguments: string(c)}}}},
 			modelsim.Rule{When: modelsim.Cond{Model: model}, Reply: modelsim.Reply{Usage: u, Content: "I found no answer to write."}})
 	}
-	ls, _ := json.Marshal(map[string]string{"command": "date; ls -A /results", "description": "List the results folder"})
+	ls, _ := json.Marshal(map[string]string{"command": "python3 -c 'import time; time.sleep(6)'; date; ls -A /results",
+		"description": "List the results folder after a while"})
 	s.Rules = append(s.Rules,
 		modelsim.Rule{When: modelsim.Cond{Model: ccSmall, Turn: 1, AnyContains: "SIDE:"},
 			Reply: modelsim.Reply{Usage: u, Content: "I list the folder.",
@@ -182,7 +190,7 @@ func ccImage(ctx context.Context, t *testing.T, tarball string) {
 // Claude Code (@anthropic-ai/claude-code, `claude -p`, agents/cli) in its
 // image, its main loop on one model and, concurrently, a sub-agent's
 // conversation on a small model, every attempt of a new node replayed
-// (the default policy):
+// (the policy's floor raised to 1):
 //   - honest nodes, deterministic tools: replays verified;
 //   - honest nodes, tools printing a timestamp, a random draw and a UUID:
 //     verified (differences benign), never forged;
@@ -218,8 +226,13 @@ func TestClaudeCodeVerificationMatrix(t *testing.T) {
 	for _, m := range []string{ccDet, ccNoisy, ccBlind, ccSmall} {
 		models = append(models, gateway.Model{Name: m, Provider: "scripted", Price: cliPrice, MaxOutput: 32000})
 	}
+	// Every attempt replayed: the rate starts at 1 for a new node and, with
+	// the floor at 1, does not fall with clean replays (by default it does,
+	// and the last runs of an honest node may go unreplayed).
+	policy := verify.DefaultPolicy()
+	policy.Floor = 1
 	c := startCoordinator(ctx, t, coordinator.Config{Network: network, Logger: log, IdleCanaryEvery: -1,
-		ScheduleInterval: 200 * time.Millisecond,
+		ScheduleInterval: 200 * time.Millisecond, Verify: &policy,
 		Gateway: &gateway.Config{
 			Providers: []gateway.Provider{{Name: "scripted", API: gateway.APIAnthropic, BaseURL: sim.URL(), Key: providerKey}},
 			Models:    models,
@@ -395,6 +408,13 @@ func TestClaudeCodeVerificationMatrix(t *testing.T) {
 				t.Fatalf("attempt %s: no side call on %s within the main loop (side calls at %v, main %d..%d)", a.ID, ccSmall, side, firstMain, lastMain)
 			}
 		}
+		// The background sub-agent's conversation was open while the main
+		// loop called: a main call between its first and last calls.
+		if (a.Eval == "cc-det" || a.Eval == "cc-noisy") && !slices.ContainsFunc(traj, func(tc gateway.TrajectoryCall) bool {
+			return tc.Model != ccSmall && tc.Seq > traj[side[0]].Seq && tc.Seq < traj[side[len(side)-1]].Seq
+		}) {
+			t.Fatalf("attempt %s: no main call while the background sub-agent ran (side calls at %v)", a.ID, side)
+		}
 	}
 	if replays == 0 || replayCalls == 0 || providerCalls != len(sim.Requests()) {
 		t.Fatalf("%d replays (%d calls); %d calls recorded as forwarded, the provider got %d", replays, replayCalls, providerCalls, len(sim.Requests()))
@@ -402,13 +422,13 @@ func TestClaudeCodeVerificationMatrix(t *testing.T) {
 
 	t.Run("honest deterministic: replays verified", func(t *testing.T) {
 		st := states("cc-det", "")
-		if st[string(verify.Verified)] == 0 || st[string(verify.Forged)]+st[string(verify.Nondeterministic)]+st[core.VerifyUnbound] > 0 {
+		if st[string(verify.Verified)] != len(tasks) || st[string(verify.Forged)]+st[string(verify.Nondeterministic)]+st[core.VerifyUnbound] > 0 {
 			t.Fatalf("verification states %v: want verified, nothing forged, nondeterministic or unbound", st)
 		}
 	})
 	t.Run("honest noisy: verified, never forged", func(t *testing.T) {
 		st := states("cc-noisy", "")
-		if st[string(verify.Verified)] == 0 || st[string(verify.Forged)]+st[string(verify.Nondeterministic)]+st[core.VerifyUnbound] > 0 {
+		if st[string(verify.Verified)] != len(tasks) || st[string(verify.Forged)]+st[string(verify.Nondeterministic)]+st[core.VerifyUnbound] > 0 {
 			t.Fatalf("verification states %v: want verified, nothing forged, nondeterministic or unbound", st)
 		}
 		// The random draw differs in every replay (the date and the UUID
