@@ -189,8 +189,8 @@ func ccImage(ctx context.Context, t *testing.T, tarball string) {
 // TestClaudeCodeVerificationMatrix is TestVerificationMatrix with the real
 // Claude Code (@anthropic-ai/claude-code, `claude -p`, agents/cli) in its
 // image, its main loop on one model and, concurrently, a sub-agent's
-// conversation on a small model, every attempt of a new node replayed
-// (the policy's floor raised to 1):
+// conversation on a small model, every attempt replayed (the policy's
+// floor raised to 1):
 //   - honest nodes, deterministic tools: replays verified;
 //   - honest nodes, tools printing a timestamp, a random draw and a UUID:
 //     verified (differences benign), never forged;
