@@ -155,10 +155,9 @@ func plantGoldAnthropic(tasks []verifyTask) *node.TestHooks {
 	}}
 }
 
-// ccImage builds Claude Code's image with its harness told to give the
-// small model's roles (ANTHROPIC_SMALL_FAST_MODEL,
-// ANTHROPIC_DEFAULT_HAIKU_MODEL) the evaluation's SMALL_MODEL when set:
-// the shipped harness gives every role MODEL.
+// ccImage builds Claude Code's image as `repronet agent build` does; its
+// harness gives the small model's roles (ANTHROPIC_SMALL_FAST_MODEL,
+// ANTHROPIC_DEFAULT_HAIKU_MODEL) the evaluation's SMALL_MODEL.
 func ccImage(ctx context.Context, t *testing.T, tarball string) {
 	t.Helper()
 	a, err := cliagent.Lookup("claude-code", "")
@@ -168,18 +167,6 @@ func ccImage(ctx context.Context, t *testing.T, tarball string) {
 	spec, err := a.Spec(fixtures.NPMDir)
 	if err != nil {
 		t.Fatalf("%v (the fixtures: go run ./internal/fixtures/prepare)", err)
-	}
-	const roles = "ANTHROPIC_SMALL_FAST_MODEL=$model ANTHROPIC_DEFAULT_HAIKU_MODEL=$model"
-	patched := false
-	for i, f := range spec.Files {
-		if f.Path == cliagent.HarnessPath && bytes.Contains(f.Data, []byte(roles)) {
-			spec.Files[i].Data = bytes.Replace(f.Data, []byte(roles),
-				[]byte(`ANTHROPIC_SMALL_FAST_MODEL=${SMALL_MODEL:-$model} ANTHROPIC_DEFAULT_HAIKU_MODEL=${SMALL_MODEL:-$model}`), 1)
-			patched = true
-		}
-	}
-	if !patched {
-		t.Fatalf("the harness no longer sets %q", roles)
 	}
 	if err := fixtures.Builder().Build(ctx, tarball, spec); err != nil {
 		t.Fatal(err)

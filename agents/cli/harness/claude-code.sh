@@ -12,8 +12,11 @@ if [ -z "$model" ]; then
 	exit 2
 fi
 # One model for every role, so that side calls (a smaller model's) are
-# made to a model the evaluation allows; no traffic but the model's.
-export ANTHROPIC_MODEL=$model ANTHROPIC_SMALL_FAST_MODEL=$model ANTHROPIC_DEFAULT_HAIKU_MODEL=$model \
+# made to a model the evaluation allows, unless the evaluation names its
+# small model (SMALL_MODEL=NAME, allowed too: --models main,small); no
+# traffic but the model's.
+small=${SMALL_MODEL:-$model}
+export ANTHROPIC_MODEL=$model ANTHROPIC_SMALL_FAST_MODEL=$small ANTHROPIC_DEFAULT_HAIKU_MODEL=$small \
 	ANTHROPIC_DEFAULT_SONNET_MODEL=$model ANTHROPIC_DEFAULT_OPUS_MODEL=$model CLAUDE_CODE_SUBAGENT_MODEL=$model \
 	CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 \
 	DISABLE_BUG_COMMAND=1 CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY=1 CLAUDE_CODE_DISABLE_TERMINAL_TITLE=1
