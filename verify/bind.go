@@ -111,6 +111,14 @@ func (a Atom) Holds(text string) bool {
 	if !a.Number {
 		return strings.Contains(normText(text), a.Text)
 	}
+	// Hex ids and hashes (an agent's id, a commit) are no numbers: "12" in
+	// "a12b05a4c3d2" is not 12.
+	text = hexID.ReplaceAllStringFunc(text, func(m string) string {
+		if isHexID(m) {
+			return " "
+		}
+		return m
+	})
 	for _, m := range numbers.FindAllString(text, -1) {
 		if t, err := strconv.ParseFloat(m, 64); err == nil && numberMatches(a, t) {
 			return true

@@ -87,11 +87,17 @@ func normaliseOff(s string, off []bool) string {
 	// Hex strings of 8 digits or more with a letter among them: ids and
 	// hashes (runs of decimal digits are numbers, compared with tolerance).
 	return hexID.ReplaceAllStringFunc(s, func(m string) string {
-		if strings.IndexFunc(strings.TrimPrefix(strings.ToLower(m), "0x"), func(r rune) bool { return r >= 'a' && r <= 'f' }) < 0 {
+		if !isHexID(m) {
 			return m
 		}
 		return "⟨id⟩"
 	})
+}
+
+// isHexID reports whether a hexID match is an id or hash: it has a letter
+// among its digits (a run of decimal digits is a number).
+func isHexID(m string) bool {
+	return strings.IndexFunc(strings.TrimPrefix(strings.ToLower(m), "0x"), func(r rune) bool { return r >= 'a' && r <= 'f' }) >= 0
 }
 
 // Same says whether two tool outputs agree under tol: after normalising
@@ -382,8 +388,18 @@ func lookup(m map[ToolRef]string, r ToolRef) (string, bool) {
 	if v, ok := m[r]; ok {
 		return v, true
 	}
+	// The results of one turn's tools, run at once, come in the order
+	// they finished (Claude Code's): a result with a call ID is the one
+	// of the same call in the same step, wherever it stands.
+	if r.CallID != "" {
+		for k, v := range m {
+			if k.Step == r.Step && k.CallID == r.CallID {
+				return v, true
+			}
+		}
+	}
 	for k, v := range m {
-		if k.Step == r.Step && k.Msg == r.Msg {
+		if k.Step == r.Step && k.Msg == r.Msg && (r.CallID == "" || k.CallID == "") {
 			return v, true
 		}
 	}
