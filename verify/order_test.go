@@ -17,9 +17,17 @@ func TestParallelToolResultsByCallID(t *testing.T) {
 	}
 	asst := map[string]any{"role": "assistant", "content": "", "tool_calls": []any{call("call_a", "cat a"), call("call_b", "cat b")}}
 	user := map[string]any{"role": "user", "content": "Find q."}
-	tool := func(id, out string) map[string]any { return map[string]any{"role": "tool", "tool_call_id": id, "content": out} }
-	body := func(msgs ...any) []byte { b, _ := json.Marshal(map[string]any{"model": "m", "messages": msgs}); return b }
-	answer := func(msg any) []byte { b, _ := json.Marshal(map[string]any{"choices": []any{map[string]any{"message": msg}}}); return b }
+	tool := func(id, out string) map[string]any {
+		return map[string]any{"role": "tool", "tool_call_id": id, "content": out}
+	}
+	body := func(msgs ...any) []byte {
+		b, _ := json.Marshal(map[string]any{"model": "m", "messages": msgs})
+		return b
+	}
+	answer := func(msg any) []byte {
+		b, _ := json.Marshal(map[string]any{"choices": []any{map[string]any{"message": msg}}})
+		return b
+	}
 	conv := func(first, second map[string]any) []verify.Exchange {
 		return []verify.Exchange{
 			{API: verify.APIOpenAIChat, Model: "m", Request: body(user), Response: answer(asst)},
