@@ -559,3 +559,25 @@ func TestReplaySimulation(t *testing.T) {
 			seed, r.Attempts, originals, replays, float64(replays)/float64(originals), caught[1], caught[0.2], noisyJudged, left, counted)
 	}
 }
+
+// TestStepReplayNoOperatorEnds: a replay that no node in view may run
+// (only the recorder is left in view) ends after
+// ReplayUnschedulableAfter, not the whole UnschedulableAfter: the
+// evaluation does not wait ten minutes for the network's own check, and
+// the result stays unverified with the reason.
+func TestStepReplayNoOperatorEnds(t *testing.T) {
+	h, a, r := replayed(t)
+	for range 20 { // 100 s: n1b leaves the view, n1 alone announces
+		h.announce("n1", "op1", 2)
+		h.tick()
+		h.advance(5 * time.Second)
+	}
+	h.announce("n1", "op1", 2)
+	h.tick()
+	if r.State != StateFailed || a.Verification.State != VerifyFailed {
+		t.Fatalf("after %s: replay %s, verification %+v", h.now.Sub(r.EnqueuedAt), r.State, a.Verification)
+	}
+	if h.s.quarantined("n1") || h.s.Records["n1"].InfraErrors != 0 {
+		t.Fatal("the recorder is charged for a replay no node may run")
+	}
+}

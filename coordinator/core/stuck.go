@@ -38,6 +38,22 @@ const OutcomeUnschedulable = "unschedulable"
 // DefaultUnschedulableAfter is the default of Config.UnschedulableAfter.
 const DefaultUnschedulableAfter = 10 * time.Minute
 
+// ReplayUnschedulableAfter bounds the wait of a replay no node in view may
+// run (every one is its recorder's operator's or ran it already): a replay
+// is the network's check, not the submitter's work, and its evaluation
+// should not wait the whole bound for it; the result stays unverified,
+// saying why.
+const ReplayUnschedulableAfter = time.Minute
+
+// stuckBound is how long a blocked attempt waits before it ends
+// unschedulable.
+func (s *State) stuckBound(a *Attempt) time.Duration {
+	if a.Kind == KindReplay {
+		return min(s.cfg.UnschedulableAfter, ReplayUnschedulableAfter)
+	}
+	return s.cfg.UnschedulableAfter
+}
+
 // stuckCheckEvery spaces the rounds of checkStuck over the queue (a
 // scheduling round may come every half second; a round over a queue of
 // 250,000 costs 0.2-0.3 s: docs/scale.md); new attempts bring the next
@@ -311,8 +327,8 @@ func (s *State) checkStuck() {
 			a.StuckSince = s.now
 			s.persistAttempt(a)
 			s.log.Warn("no node in view can run the attempt", "attempt", a.ID, "why", f.reason(a, w),
-				"ends", s.now.Add(s.cfg.UnschedulableAfter))
-		case s.now.Sub(a.StuckSince) >= s.cfg.UnschedulableAfter:
+				"ends", s.now.Add(s.stuckBound(a)))
+		case s.now.Sub(a.StuckSince) >= s.stuckBound(a):
 			ended = append(ended, a)
 		}
 	}
@@ -383,7 +399,7 @@ func (s *State) Waiting(ids []string, now time.Time) map[string]Waiting {
 		w := f.waiting(a)
 		w.Reason = f.reason(a, w)
 		if w.Blocked && !a.StuckSince.IsZero() {
-			w.Since, w.Deadline = a.StuckSince, a.StuckSince.Add(s.cfg.UnschedulableAfter)
+			w.Since, w.Deadline = a.StuckSince, a.StuckSince.Add(s.stuckBound(a))
 		}
 		out[id] = w
 	}
