@@ -486,10 +486,11 @@ func (c *Coordinator) trajectoryView(ctx context.Context, a Attempt) ([]dashboar
 		if _, ok := assignment[cl.Lease]; !ok {
 			assignment[cl.Lease] = len(assignment) + 1
 		}
+		req, resp := dashboard.CallMessages(cl.API, cl.RequestBody, cl.ResponseBody)
 		out[i] = dashboard.Call{Seq: cl.Seq, Assignment: assignment[cl.Lease], API: cl.API, Model: cl.Model, Stream: cl.Stream,
 			Status: cl.Status, Refused: cl.Refused, Error: cl.Error, Started: cl.Started.UTC(), TotalMS: cl.TotalMS,
 			InputTokens: cl.Usage.Input, OutputTokens: cl.Usage.Output, CostUSD: cl.Charged.USDValue(),
-			Request: dashboard.RequestMessages(cl.RequestBody), Response: dashboard.ResponseMessages(cl.ResponseBody),
+			Request: req, Response: resp,
 			RequestBody: string(cl.RequestBody), ResponseBody: string(cl.ResponseBody)}
 	}
 	dashboard.MarkNew(out)

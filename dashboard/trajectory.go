@@ -3,11 +3,42 @@ package dashboard
 import (
 	"encoding/json"
 	"strings"
+
+	"github.com/repronet/repronet/verify"
 )
 
 // Reading model calls: the OpenAI chat completions and Anthropic messages
 // bodies a trajectory records, turned into messages a person can read. A
 // body that is neither reads as nothing (its raw form is shown instead).
+
+// CallMessages reads a call's request and answer by the call's API (the
+// gateway's call names): chat completions and Anthropic's Messages as
+// RequestMessages and ResponseMessages do; OpenAI's Responses API and
+// Gemini's generateContent through package verify's readers, which read
+// them as the replay does. A body it cannot read reads as nothing.
+func CallMessages(api string, req, resp []byte) (request, response []Message) {
+	if api != verify.APIOpenAIResponses && api != verify.APIGeminiGenerate {
+		return RequestMessages(req), ResponseMessages(resp)
+	}
+	conv := func(m verify.Message) Message {
+		out := Message{Role: m.Role, Content: m.Text}
+		for _, c := range m.Calls {
+			out.ToolCalls = append(out.ToolCalls, ToolCall{Name: c.Name, Arguments: c.Args})
+		}
+		return out
+	}
+	if ms, err := verify.RequestMessages(api, req); err == nil {
+		for _, m := range ms {
+			request = append(request, conv(m))
+		}
+	}
+	if len(resp) > 0 {
+		if m, err := verify.ResponseMessage(api, resp); err == nil {
+			response = []Message{conv(m)}
+		}
+	}
+	return request, response
+}
 
 // RequestMessages reads the messages of a request body: Anthropic's
 // system prompt first, then each message.
