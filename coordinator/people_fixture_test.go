@@ -231,6 +231,19 @@ func newPeople(t *testing.T) *people {
 		}
 		return n == 3*len(f.tasks)
 	})
+	// Every replay decided (a scored result is replayed whatever the
+	// node's rate), so that a page and the API read later say the same.
+	waitUntil(ctx, t, "every replay decided", func() bool {
+		for _, a := range c.AllAttempts() {
+			if a.Kind == KindReplay && (a.State == StateQueued || a.State == StateAssigned || a.State == StateReported) {
+				return false
+			}
+			if a.Verification != nil && a.Verification.State == core.VerifyPending {
+				return false
+			}
+		}
+		return true
+	})
 	t.Logf("fixture: made in %v", time.Since(began).Round(time.Millisecond))
 	return f
 }
