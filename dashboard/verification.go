@@ -34,10 +34,8 @@ type Verification struct {
 // trajectory (every state but unbound: binding is checked at scoring).
 func (v Verification) Bound() bool { return v.State != VerifyUnbound }
 
-// Counted reports whether the result counts on the boards as the agent's
-// (an unbound result does, as not correct: issue 24; a forged one does
-// not).
-func (v Verification) Counted() bool { return v.State != VerifyForged }
+// Counted reports whether the result counts on the boards.
+func (v Verification) Counted() bool { return v.State != VerifyUnbound && v.State != VerifyForged }
 
 // Verdict is the state in a few words.
 func (v Verification) Verdict() string {
@@ -81,7 +79,7 @@ func (v Verification) Explain() string {
 	case VerifyNotReplayable:
 		return "The agent is declared not replayable, so its results are never replayed and count as unverified."
 	case VerifyUnbound:
-		return "An answer in its report.json appears in no model output or tool result of its trajectory (or the conversation was rewritten): the result is the agent's own and counts as not correct (an honest node cannot be blamed for it: the run is replayed on other nodes, and only replays that bind where the recording does not charge the node)."
+		return "An answer in its report.json appears in no model output or tool result of its trajectory (or the conversation was rewritten): the result is not counted and the run is redone elsewhere."
 	case VerifyReplayFailed:
 		return "Its replay could not run, so the result counts as unverified; no one is penalised."
 	case VerifyNondeterministic:
