@@ -170,7 +170,7 @@ func (c *Coordinator) Resolve(ctx context.Context, token string) (gateway.Grant,
 		}
 	}
 	return gateway.Grant{Attempt: g.Attempt, Lease: g.Lease, Node: node, Evaluation: g.Eval, Group: g.Group, Task: g.Task,
-		Expires: g.Expires, Budgets: budgets, Models: g.Models, Replay: g.Replay, ReplayLease: g.ReplayLease}, nil
+		Expires: g.Expires, Budgets: budgets, Models: g.Models, Replay: g.Replay}, nil
 }
 
 // Trajectory returns an attempt's model calls with their bodies, in

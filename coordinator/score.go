@@ -121,9 +121,7 @@ func (c *Coordinator) score(ctx context.Context, id string) (core.Scored, bool) 
 	} else {
 		ev.Scorer, ev.Score, err = c.scoreAgent(ctx, job)
 		if err == nil {
-			var b binding
-			b, err = c.bindToTrajectory(ctx, job.Attempt)
-			ev.Unbound, ev.Rewritten, ev.NodeEvidence = b.Unbound, b.Rewritten, b.Foreign
+			ev.Unbound, ev.Rewritten, err = c.bindToTrajectory(ctx, job.Attempt)
 		}
 	}
 	if err != nil {

@@ -36,9 +36,6 @@ type Grant struct {
 	// are answered with the recorded answers, in order, at no cost
 	// (replay.go).
 	Replay string `json:"replay,omitempty"`
-	// ReplayLease names the recorded attempt's counted assignment: only
-	// its calls are served ("": every call of the attempt).
-	ReplayLease string `json:"replay_lease,omitempty"`
 }
 
 // Budgets are the caps of a grant's three budgets (Unlimited for none).

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,7 +34,6 @@ import (
 // which package verify reads as messages (a body of an API verify cannot
 // read is paired by its whole content).
 func (g *Gateway) serveReplay(w http.ResponseWriter, r *http.Request, a adapter, grant Grant, req callRequest, body []byte, start time.Time) {
-	began := time.Now() // real time: the pacing below waits in it
 	ctx := r.Context()
 	c := Call{Attempt: grant.Attempt, Lease: grant.Lease, Node: grant.Node.String(), Evaluation: grant.Evaluation,
 		Group: grant.Group, Task: grant.Task, API: a.call, Model: req.Model, Provider: "replay", Stream: req.Stream,
@@ -83,20 +81,6 @@ func (g *Gateway) serveReplay(w http.ResponseWriter, r *http.Request, a adapter,
 		writeAPIError(w, a.api, http.StatusServiceUnavailable, errAPI, "the gateway cannot read the recorded answer now; retry")
 		return
 	}
-	// Paced like the recorded call (issue 25.9): a replayer cannot tell a
-	// replay from real work by answers that come at once.
-	if wait := min(rc.Ended.Sub(rc.Started), maxReplayPace) - time.Since(began); wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			st.mu.Lock()
-			st.matcher.Release(m)
-			st.mu.Unlock()
-			return
-		}
-	}
 	c.Status = http.StatusOK
 	head := g.finish(context.WithoutCancel(ctx), c)
 	// The conversation ends with this answer before the agent has it.
@@ -113,10 +97,6 @@ func (g *Gateway) serveReplay(w http.ResponseWriter, r *http.Request, a adapter,
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(answer)
 }
-
-// maxReplayPace bounds how long a replayed answer is held back to take
-// as long as the recorded call took.
-const maxReplayPace = time.Minute
 
 // maxKeptReplays bounds the replays whose pairing is kept in memory; an
 // idle one past it is dropped and read back from its records when it
@@ -183,15 +163,6 @@ func (st *replayState) load(ctx context.Context, rec Recorder, grant Grant) erro
 	if err != nil {
 		return err
 	}
-	if grant.ReplayLease != "" {
-		// Only the counted assignment's calls: what the judge compares
-		// and binding reads (an abandoned assignment's are never served).
-		recorded = slices.DeleteFunc(recorded, func(c TrajectoryCall) bool { return c.Lease != grant.ReplayLease })
-	}
-	index := make(map[int]int, len(recorded)) // Seq -> matcher index
-	for i, c := range recorded {
-		index[c.Seq] = i
-	}
 	done, err := LoadTrajectory(ctx, rec, grant.Attempt)
 	if err != nil {
 		return err
@@ -206,11 +177,7 @@ func (st *replayState) load(ctx context.Context, rec Recorder, grant Grant) erro
 		if !strings.HasPrefix(d.ReplayOf, prefix) || err != nil {
 			return fmt.Errorf("replay %s: call %d replays %q, not a call of %s", grant.Attempt, d.Seq, d.ReplayOf, grant.Replay)
 		}
-		i, ok := index[seq]
-		if !ok {
-			return fmt.Errorf("replay %s: call %d replays %q, not a call of the counted assignment", grant.Attempt, d.Seq, d.ReplayOf)
-		}
-		if err := m.Resume(verify.Exchange{API: d.API, Model: d.Model, Request: d.RequestBody}, i); err != nil {
+		if err := m.Resume(verify.Exchange{API: d.API, Model: d.Model, Request: d.RequestBody}, seq); err != nil {
 			return fmt.Errorf("replay %s: call %d: %w", grant.Attempt, d.Seq, err)
 		}
 	}

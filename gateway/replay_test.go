@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -523,64 +522,4 @@ func TestBudgetCapParallel(t *testing.T) {
 		t.Fatalf("a call after every conversation was refused: %d %s", status, body)
 	}
 	t.Logf("%d conversations at once: %d calls answered, $%.4f spent of $%.2f", convs, total, s.USDValue(), budget.USDValue())
-}
-
-// TestReplayCountedLease: a replay is served the recorded attempt's
-// counted assignment only (Grant.ReplayLease): the calls of an earlier,
-// abandoned assignment are never given, even where they would pair first
-// (issue 25.6).
-func TestReplayCountedLease(t *testing.T) {
-	r := newRig(t, agentScriptChat(), nil)
-	first, second := agentTurns()
-	abandoned := r.grant(t, "at-1", gateway.USD, func(g *gateway.Grant) { g.Lease = "l1" })
-	counted := r.grant(t, "at-1", gateway.USD, func(g *gateway.Grant) { g.Lease = "l2" })
-	callChain(t, r.srv.URL, abandoned, first)
-	for _, body := range []map[string]any{first, second} {
-		if status, out, _ := callChain(t, r.srv.URL, counted, body); status != http.StatusOK {
-			t.Fatalf("recording: %d %s", status, out)
-		}
-	}
-	rtok := r.grant(t, "rp-1", gateway.USD, func(g *gateway.Grant) { g.Replay, g.ReplayLease = "at-1", "l2" })
-	for _, body := range []map[string]any{first, second} {
-		if status, out, _ := callChain(t, r.srv.URL, rtok, body); status != http.StatusOK {
-			t.Fatalf("replayed call: %d %s", status, out)
-		}
-	}
-	status, out, _ := callChain(t, r.srv.URL, rtok, first)
-	if status != http.StatusConflict {
-		t.Fatalf("a third call, with only the abandoned assignment's left: %d %s", status, out)
-	}
-	traj := trajectory(t, r, "rp-1")
-	if len(traj) != 3 || traj[0].ReplayOf != "at-1/1" || traj[1].ReplayOf != "at-1/2" || traj[2].Refused != gateway.RefusedReplayExhausted {
-		t.Fatalf("replay records %+v: want at-1/1 and at-1/2 (the counted assignment's), then refused", traj)
-	}
-}
-
-// TestReplayPaced: a replayed answer takes as long as the recorded call
-// took (issue 25.9: a replayer cannot tell a replay by answers that come
-// at once); a call past the recording is refused at once.
-func TestReplayPaced(t *testing.T) {
-	const delay = 300 * time.Millisecond
-	r := newRig(t, modelsim.Script{Default: &modelsim.Reply{Content: "It is 42.", FirstTokenDelay: delay}}, nil)
-	first, _ := agentTurns()
-	tok := r.grant(t, "at-1", gateway.USD, nil)
-	if status, out, _ := callChain(t, r.srv.URL, tok, first); status != http.StatusOK {
-		t.Fatalf("recording: %d %s", status, out)
-	}
-	rec := trajectory(t, r, "at-1")
-	if took := rec[0].Ended.Sub(rec[0].Started); took < delay {
-		t.Fatalf("the recorded call took %v, want at least %v", took, delay)
-	}
-	rtok := r.grant(t, "rp-1", gateway.USD, func(g *gateway.Grant) { g.Replay = "at-1" })
-	began := time.Now()
-	if status, out, _ := callChain(t, r.srv.URL, rtok, first); status != http.StatusOK {
-		t.Fatalf("replay: %d %s", status, out)
-	}
-	if took := time.Since(began); took < delay-20*time.Millisecond {
-		t.Fatalf("the replayed answer came in %v, the recorded call took %v", took, rec[0].Ended.Sub(rec[0].Started))
-	}
-	began = time.Now()
-	if status, _, _ := callChain(t, r.srv.URL, rtok, first); status != http.StatusConflict || time.Since(began) > delay {
-		t.Fatalf("past the recording: %d after %v", status, time.Since(began))
-	}
 }

@@ -17,18 +17,12 @@ type Policy struct {
 	Floor             float64   `json:"floor"`
 	MarksToQuarantine int       `json:"marks_to_quarantine"`
 	Tolerance         Tolerance `json:"tolerance"`
-	// ReplayScored: a result with a positive score (a correct answer: what
-	// raises an agent's standing) is replayed whatever the node's rate, so
-	// that a patient forger's forgeries that pay are always replayed
-	// (issue 25.10; docs/verification.md, "Patience").
-	ReplayScored bool `json:"replay_scored,omitempty"`
 }
 
 // DefaultPolicy: every attempt of a new node replayed, one in twenty at
-// the floor (reached after 19 clean replays), quarantine at 3 marks,
-// every result with a positive score replayed.
+// the floor (reached after 19 clean replays), quarantine at 3 marks.
 func DefaultPolicy() Policy {
-	return Policy{NewNodeRate: 1, Floor: 0.05, MarksToQuarantine: 3, Tolerance: DefaultTolerance(), ReplayScored: true}
+	return Policy{NewNodeRate: 1, Floor: 0.05, MarksToQuarantine: 3, Tolerance: DefaultTolerance()}
 }
 
 // Validate checks the policy, naming the bad field.
@@ -61,12 +55,6 @@ type Record struct {
 	// trajectories with a rewritten conversation.
 	Unbound  int `json:"unbound"`
 	Rewrites int `json:"rewrites"`
-	// Outvoted counts its replays of others' work that differed where two
-	// other replays agreed with the recording. It resets the clean run (its
-	// own work is replayed more) but never quarantines alone: honest
-	// low-entropy noise (a coin flip an agent prints) can outvote an
-	// honest replayer, and a submitter can cause that.
-	Outvoted int `json:"outvoted,omitempty"`
 	// Quarantined says why the node was quarantined by verification.
 	Quarantined string `json:"quarantined,omitempty"`
 }
@@ -89,8 +77,6 @@ type Event struct {
 	// Unbound answers and rewrite findings of the attempt's report.
 	Unbound  []string
 	Rewrites []Finding
-	// Outvoted: the node's replay of another's attempt was outvoted.
-	Outvoted int
 }
 
 // Apply returns the record after e, and a reason to quarantine the node
@@ -117,10 +103,6 @@ func (p Policy) Apply(r Record, e Event) (Record, string) {
 	}
 	if len(e.Rewrites) > 0 {
 		r.Rewrites++
-		r.CleanRun = 0
-	}
-	if e.Outvoted > 0 {
-		r.Outvoted += e.Outvoted
 		r.CleanRun = 0
 	}
 	why := ""

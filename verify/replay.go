@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"fmt"
 	"math"
 	"regexp"
 	"strconv"
@@ -43,46 +44,9 @@ var hexID = regexp.MustCompile(`(?i)\b(?:0x)?[0-9a-f]{8,}\b`)
 
 // Normalise replaces what differs between honest runs of the same
 // commands (times, ids, durations) by placeholders.
-func Normalise(s string) string { return normaliseOff(s, nil) }
-
-// offFor says which normalisers (normalisers' order, then hex ids) must
-// not run on an item whose texts include text: those with a match in it
-// that holds one of keep (an atom of a reported answer: a duration, a
-// time or an id the answer may have come from). The normaliser never
-// erases what an answer could come from, in any text of the item.
-func offFor(text string, keep []Atom) []bool {
-	off := make([]bool, len(normalisers)+1)
-	if len(keep) == 0 {
-		return off
-	}
-	holds := func(m string) bool {
-		for _, a := range keep {
-			if a.Holds(m) {
-				return true
-			}
-		}
-		return false
-	}
-	for k, n := range normalisers {
-		for _, m := range n.re.FindAllString(text, -1) {
-			off[k] = off[k] || holds(m)
-		}
-	}
-	for _, m := range hexID.FindAllString(text, -1) {
-		off[len(normalisers)] = off[len(normalisers)] || holds(m)
-	}
-	return off
-}
-
-// normaliseOff is Normalise without the normalisers off says.
-func normaliseOff(s string, off []bool) string {
-	for k, n := range normalisers {
-		if off == nil || !off[k] {
-			s = n.re.ReplaceAllString(s, n.with)
-		}
-	}
-	if off != nil && off[len(normalisers)] {
-		return s
+func Normalise(s string) string {
+	for _, n := range normalisers {
+		s = n.re.ReplaceAllString(s, n.with)
 	}
 	// Hex strings of 8 digits or more with a letter among them: ids and
 	// hashes (runs of decimal digits are numbers, compared with tolerance).
@@ -102,23 +66,12 @@ func isHexID(m string) bool {
 
 // Same says whether two tool outputs agree under tol: after normalising
 // (when asked), their words are equal, numbers within the tolerance.
-func (tol Tolerance) Same(a, b string) bool { return tol.sameKeeping(a, b, nil) }
-
-// sameKeeping is Same with the values that hold an atom of keep left
-// unnormalised (offFor over both texts) and compared strictly: a number
-// that holds an answer's atom must be written the same.
-func (tol Tolerance) sameKeeping(a, b string, keep []Atom) bool {
-	return tol.sameOff(a, b, offFor(a+"\n"+b, keep), keep)
-}
-
-// sameOff is Same with the normalisers off says not run, numbers that
-// hold an atom of keep compared strictly.
-func (tol Tolerance) sameOff(a, b string, off []bool, keep []Atom) bool {
+func (tol Tolerance) Same(a, b string) bool {
 	if a == b {
 		return true
 	}
 	if tol.Normalise {
-		a, b = normaliseOff(a, off), normaliseOff(b, off)
+		a, b = Normalise(a), Normalise(b)
 	}
 	ta, tb := tokens(a), tokens(b)
 	if len(ta) != len(tb) {
@@ -132,11 +85,6 @@ func (tol Tolerance) sameOff(a, b string, off []bool, keep []Atom) bool {
 		y, erry := strconv.ParseFloat(tb[i], 64)
 		if errx != nil || erry != nil || !(math.Abs(x-y) <= math.Max(tol.Absolute, tol.Relative*math.Max(math.Abs(x), math.Abs(y)))) {
 			return false
-		}
-		for _, k := range keep {
-			if k.Holds(ta[i]) || k.Holds(tb[i]) {
-				return false // an answer's value: strict
-			}
 		}
 	}
 	return true
@@ -200,9 +148,6 @@ type Comparison struct {
 	// not have, or ended sooner).
 	Pairs     []int `json:"pairs,omitempty"`
 	Unreached []int `json:"unreached,omitempty"`
-	// Extra are the replayed exchanges paired with no recorded one: calls
-	// the recording lacks (refused with 409 by the gateway).
-	Extra []int `json:"extra,omitempty"`
 	// Exchanges: how many calls each side made.
 	Recorded, Replayed int `json:"-"`
 }
@@ -289,16 +234,7 @@ func compare(recorded, replayed []Exchange, answers []Answer, tol Tolerance) (Co
 			}{ans.Name, a})
 		}
 	}
-	keep := make([]Atom, len(atoms))
-	for i, x := range atoms {
-		keep[i] = x.a
-	}
 	c := Comparison{Recorded: len(recorded), Replayed: len(replayed), Pairs: pairs}
-	for j, i := range pairs {
-		if i < 0 {
-			c.Extra = append(c.Extra, j)
-		}
-	}
 	reached := make([]bool, len(recorded))
 	for _, i := range pairs {
 		if i >= 0 {
@@ -318,7 +254,7 @@ func compare(recorded, replayed []Exchange, answers []Answer, tol Tolerance) (Co
 		case !ok:
 			d.Class = Missing
 		case want == got:
-		case tol.sameKeeping(want, got, keep):
+		case tol.Same(want, got):
 			d.Normalised = true
 		default:
 			d.Class = Benign
@@ -377,11 +313,79 @@ type Judgement struct {
 	Benign     int    `json:"benign"`
 	Normalised int    `json:"normalised"`
 	Reason     string `json:"reason"`
-	// Outvoted are the replays (indexes) that differed where two others
-	// agreed with the recording: their replayers are marked.
-	Outvoted []int `json:"outvoted,omitempty"`
 	// Comparisons are each replay's, in order.
 	Comparisons []Comparison `json:"comparisons,omitempty"`
+}
+
+// Judge concludes from the replays of an attempt so far (one or two, each
+// on a node other than the recorder's and each other's). A first replay
+// with no answer-bearing difference verifies the attempt; one with such a
+// difference asks for a second; the second decides between a forgery (the
+// replays agree on the results the answers came from) and
+// nondeterministic work (they do not).
+func Judge(recorded []Exchange, replays [][]Exchange, answers []Answer, tol Tolerance) Judgement {
+	j := Judgement{Verdict: NeedsReplay, Reason: "no replay yet"}
+	if len(replays) == 0 {
+		return j
+	}
+	var suspect []StepDiff
+	var rec map[ToolRef]string
+	var reps []map[ToolRef]string
+	for _, rp := range replays {
+		c, r, p := compare(recorded, rp, answers, tol)
+		rec, reps = r, append(reps, p)
+		j.Comparisons = append(j.Comparisons, c)
+		for _, s := range c.Steps {
+			switch {
+			case s.Class == Benign:
+				j.Benign++
+			case s.Normalised:
+				j.Normalised++
+			}
+		}
+	}
+	for _, s := range j.Comparisons[0].Steps {
+		if s.Class == AnswerBearing || s.Class == Missing && len(s.Answers) > 0 {
+			suspect = append(suspect, s)
+		}
+	}
+	if len(suspect) == 0 {
+		j.Verdict = Verified
+		j.Reason = fmt.Sprintf("%d tool results compared: no answer came from a result the replay did not reproduce (%d benign differences, %d equal after normalisation)",
+			len(j.Comparisons[0].Steps), j.Benign, j.Normalised)
+		if n := len(j.Comparisons[0].Unreached); n > 0 {
+			j.Reason += fmt.Sprintf("; %d recorded calls the replay never made", n)
+		}
+		return j
+	}
+	s := suspect[0]
+	if len(replays) < 2 {
+		j.Reason = fmt.Sprintf("the tool result of call %s (exchange %d) held answers %s that the replay's did not: a second replay decides",
+			s.Ref.CallID, s.Ref.Step, strings.Join(s.Answers, ", "))
+		return j
+	}
+	a, b := reps[0], reps[1]
+	for _, s := range suspect {
+		x, okx := lookup(a, s.Ref)
+		y, oky := lookup(b, s.Ref)
+		var atoms []Atom
+		for _, ans := range answers {
+			if containsString(s.Answers, ans.Name) {
+				as, _ := Atoms(ans.Value)
+				atoms = append(atoms, as...)
+			}
+		}
+		if okx != oky || okx && !tol.agreeWhere(rec[s.Ref], x, y, atoms) {
+			j.Verdict = Nondeterministic
+			j.Reason = fmt.Sprintf("two replays disagree with each other on the tool result of call %s (exchange %d), which answers %s came from: not reproducible there",
+				s.Ref.CallID, s.Ref.Step, strings.Join(s.Answers, ", "))
+			return j
+		}
+	}
+	j.Verdict = Forged
+	j.Reason = fmt.Sprintf("two replays on other nodes agree on the tool result of call %s (exchange %d), and the recorded one differs from it and held answers %s",
+		s.Ref.CallID, s.Ref.Step, strings.Join(s.Answers, ", "))
+	return j
 }
 
 func lookup(m map[ToolRef]string, r ToolRef) (string, bool) {
@@ -404,4 +408,29 @@ func lookup(m map[ToolRef]string, r ToolRef) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// agreeWhere says whether two replayed results x and y agree where the
+// recorded result rec held the atoms: at the same token positions (after
+// normalisation) when the three have the same shape, else as wholes. What
+// else differs between replays (a random draw printed beside the answer)
+// does not matter.
+func (tol Tolerance) agreeWhere(rec, x, y string, atoms []Atom) bool {
+	if tol.Normalise {
+		rec, x, y = Normalise(rec), Normalise(x), Normalise(y)
+	}
+	tr, tx, ty := tokens(rec), tokens(x), tokens(y)
+	if len(tr) != len(tx) || len(tx) != len(ty) {
+		return tol.Same(x, y)
+	}
+	for i, tok := range tr {
+		held := false
+		for _, a := range atoms {
+			held = held || a.Holds(tok)
+		}
+		if held && !tol.Same(tx[i], ty[i]) {
+			return false
+		}
+	}
+	return true
 }

@@ -172,7 +172,6 @@ func TestJudge(t *testing.T) {
 	ans := answers("acc", "0.9346", "method", `"ridge regression"`)
 	noisy := honest.with(0, "metrics.txt\nstarted 2026-11-24T09:13:44Z pid 4242 random 0.118\n")
 	noisyReplay := honest.with(0, "metrics.txt\nstarted 2026-11-25T18:00:00Z pid 77 random 0.774\n")
-	noisyReplay2 := honest.with(0, "metrics.txt\nstarted 2026-11-25T19:00:00Z pid 91 random 0.302\n")
 	planted := honest.with(1, "accuracy: 0.97210\nmethod: ridge regression\n")
 	plantedAns := answers("acc", "0.9721", "method", `"ridge regression"`)
 	plantedRun := planted
@@ -188,8 +187,7 @@ func TestJudge(t *testing.T) {
 		benign   int
 	}{
 		{"deterministic", honest, ans, []run{honest}, verify.Verified, 0},
-		{"timestamps and random numbers, one replay", noisy, ans, []run{noisyReplay}, verify.NeedsReplay, 0},
-		{"timestamps and random numbers, two replays", noisy, ans, []run{noisyReplay, noisyReplay2}, verify.Verified, 1},
+		{"timestamps and random numbers", noisy, ans, []run{noisyReplay}, verify.Verified, 1},
 		{"planted gold, one replay", plantedRun, plantedAns, []run{honest}, verify.NeedsReplay, 0},
 		{"planted gold, two replays", plantedRun, plantedAns, []run{honest, honest}, verify.Forged, 0},
 		{"random answer, two replays", seedA, answers("acc", "0.912"), []run{honest, seedB}, verify.Nondeterministic, 0},

@@ -552,10 +552,8 @@ type Grant struct {
 	Budget               Budget
 	Models               []string
 	// Replay names the recorded attempt a replay's calls are answered
-	// from (KindReplay only); ReplayLease its counted assignment, the only
-	// one whose calls are served (issue 25.6).
-	Replay      string
-	ReplayLease string
+	// from (KindReplay only).
+	Replay string
 }
 
 // GrantOf returns the grant of attempt id's assignment lease, if that
@@ -572,19 +570,7 @@ func (s *State) GrantOf(id, lease string, now time.Time) (Grant, bool) {
 	}
 	ev := s.Evals[a.Eval]
 	return Grant{Attempt: a.ID, Lease: lease, Node: a.Node, Eval: a.Eval, Group: a.Group, Task: a.TaskID,
-		Expires: ls.Deadline, Budget: ev.Budget, Models: slices.Clone(ev.Models), Replay: a.ReplayOf, ReplayLease: s.recordedLease(a)}, true
-}
-
-// recordedLease is the counted assignment of the attempt replay a
-// replays ("": not a replay).
-func (s *State) recordedLease(a *Attempt) string {
-	if a.ReplayOf == "" {
-		return ""
-	}
-	if r := s.Attempts[a.ReplayOf]; r != nil {
-		return s.LeaseOf(r.ID, r.ReportedBy)
-	}
-	return ""
+		Expires: ls.Deadline, Budget: ev.Budget, Models: slices.Clone(ev.Models), Replay: a.ReplayOf}, true
 }
 
 // LeaseOf is the lease ID of node's latest assignment of attempt id ("":

@@ -18,19 +18,13 @@ type Scored struct {
 	Score   bench.Score
 	Err     string
 	// Unbound says why the result is not bound to the attempt's model
-	// trajectory (package verify, checked by the shell: answers found in no
-	// model output or tool result, a rewritten conversation, an output
-	// that cannot be read). An agent can cause each on an honest node: it
-	// marks the agent's result, and replays decide whether the node is to
-	// blame (verifyScored).
+	// trajectory (package verify, checked by the shell): the replica is
+	// invalid (crosscheck.Evidence.Unbound).
 	Unbound string
 	// Rewritten: one of Unbound's reasons is a request that rewrote what
-	// the model was shown earlier.
+	// the model was shown earlier (a mark of its own on the node's replay
+	// record).
 	Rewritten bool
-	// NodeEvidence is evidence only the node can produce (the report signs
-	// a chain head the gateway never gave the attempt): the replica is
-	// invalid (crosscheck.Evidence.Unbound) and the node marked.
-	NodeEvidence string
 }
 
 func (Scored) event() {}
@@ -64,14 +58,10 @@ func (s *State) scored(e Scored) {
 	if a.Evidence != nil {
 		ev = *a.Evidence
 	}
-	if e.NodeEvidence != "" {
-		ev.Unbound = e.NodeEvidence
-		a.Evidence = &ev
-		s.log.Warn("report contradicts the gateway's records", "attempt", a.ID, "node", a.ReportedBy, "why", e.NodeEvidence)
-	}
 	if e.Unbound != "" {
-		s.log.Info("result not bound to its model trajectory: the agent's result until replays say otherwise", "attempt", a.ID,
-			"agent", a.Agent, "why", e.Unbound)
+		ev.Unbound = e.Unbound
+		a.Evidence = &ev
+		s.log.Warn("result not bound to its model trajectory", "attempt", a.ID, "node", a.ReportedBy, "why", e.Unbound)
 	}
 	eff, err := s.Book.Report(a.Unit, crosscheck.Replica{Job: a.ID, Node: a.ReportedBy, Operator: a.Operator,
 		Result: e.Score.Comparable, Evidence: ev})
@@ -81,7 +71,7 @@ func (s *State) scored(e Scored) {
 	s.persistBookNode(a.ReportedBy)
 	s.persistAttempt(a)
 	s.applyEffects(eff, a.Unit)
-	s.verifyScored(a, e.Unbound, e.Rewritten, e.NodeEvidence)
+	s.verifyScored(a, e.Unbound, e.Rewritten)
 	s.persistAttempt(a)
 	s.wake()
 }

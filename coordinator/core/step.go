@@ -188,7 +188,6 @@ func (s *State) applyEffects(eff crosscheck.Effects, units ...string) {
 				}
 			}
 		}
-		s.revokeReplays(q)
 	}
 	for _, ref := range eff.Revoke {
 		touched[ref.Work] = true

@@ -162,10 +162,6 @@ type Row struct {
 	// others are shown as unverified.
 	Sampled        int `json:"sampled,omitempty"`
 	ReplayVerified int `json:"replay_verified,omitempty"`
-	// Unbound counts the runs whose answers were found in no model output
-	// or tool result of their trajectory (the agent's doing unless replays
-	// show otherwise): counted as attempted, never as correct.
-	Unbound int `json:"unbound,omitempty"`
 	// Reliability holds the reliability measures of the validated
 	// attempts (bench.MeasureReliability; a run passes when the task is
 	// correct, PassRule): pass@k, pass^k, consistency, cost and wall-time
@@ -249,33 +245,29 @@ func Build(entries []Entry) ([]Board, []error) {
 				r.ReplayVerified++
 			}
 		}
-		unbound := e.Verification == "unbound" || e.Verification == "forged"
-		if unbound {
-			r.Unbound++
-		}
 		ra := runs[k][runKey{e.Eval, e.Run}]
 		if ra == nil {
 			ra = &runAcc{costKnown: true}
 			runs[k][runKey{e.Eval, e.Run}] = ra
 		}
 		s := *e.Score
-		outcomes[k] = append(outcomes[k], bench.RunOutcome{Task: e.TaskID, Eval: e.Eval, Run: e.Run, Pass: s.TaskCorrect && !unbound, CostUSD: e.CostUSD,
+		outcomes[k] = append(outcomes[k], bench.RunOutcome{Task: e.TaskID, Eval: e.Eval, Run: e.Run, Pass: s.TaskCorrect, CostUSD: e.CostUSD,
 			WallSeconds: e.WallSeconds})
 		ra.tasks++
 		r.Tasks++
-		if s.TaskCorrect && !unbound {
+		if s.TaskCorrect {
 			ra.correct++
 			r.Correct++
 		}
 		if s.TotalWrittenQuestions > 0 {
 			ra.wN++
-			if s.WrittenCorrect() && !unbound {
+			if s.WrittenCorrect() {
 				ra.wOK++
 			}
 		}
 		if s.TotalVisionQuestions > 0 {
 			ra.vN++
-			if s.VisionCorrect() && !unbound {
+			if s.VisionCorrect() {
 				ra.vOK++
 			}
 		}

@@ -218,24 +218,6 @@ func TestBuildSamples(t *testing.T) {
 	}
 }
 
-// TestBuildUnbound: a run whose answers are bound to nothing in its
-// trajectory (the agent's doing: docs/verification.md) counts as
-// attempted and never as correct, and the row says how many.
-func TestBuildUnbound(t *testing.T) {
-	with := func(e Entry, v string) Entry { e.Verification = v; return e }
-	boards, errs := Build([]Entry{
-		with(entry("A", "t1", 1, Validated, score(1, 1, 0, 0)), "verified"),
-		with(entry("A", "t1", 2, Validated, score(1, 1, 0, 0)), "unbound"),
-	})
-	if len(errs) != 0 || len(boards) != 1 || len(boards[0].Rows) != 1 {
-		t.Fatalf("boards %+v, errors %v", boards, errs)
-	}
-	r := boards[0].Rows[0]
-	if r.Runs != 2 || r.Correct != 1 || r.Unbound != 1 || !approx(r.Accuracy, 0.5) {
-		t.Fatalf("row %+v: want 2 runs, 1 correct, 1 unbound", r)
-	}
-}
-
 // TestBuildReliability: a row's reliability measures count its validated
 // attempts only, a run passing when the task is correct.
 func TestBuildReliability(t *testing.T) {
