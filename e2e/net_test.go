@@ -218,6 +218,12 @@ func normalized(boards []leaderboard.Board) []leaderboard.Board {
 				c.WallSeconds, c.PerTask = nil, slices.Clone(r.PerTask)
 				for k := range c.PerTask {
 					c.PerTask[k].WallSeconds = nil
+					// Runs name their evaluation, whose ID differs from
+					// network to network.
+					c.PerTask[k].Runs = slices.Clone(c.PerTask[k].Runs)
+					for n := range c.PerTask[k].Runs {
+						c.PerTask[k].Runs[n].Eval = ""
+					}
 				}
 				out[i].Rows[j].Reliability = &c
 			}
