@@ -76,28 +76,8 @@ func (g *Gateway) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 	a := countTokensAdapter
 	start := g.now()
 	ctx := r.Context()
-	if r.Method != http.MethodPost {
-		writeAPIError(w, a.api, http.StatusMethodNotAllowed, errInvalidRequest, "use POST")
-		return
-	}
-	grant, status, typ, err := g.authorize(ctx, r)
-	if err != nil {
-		writeAPIError(w, a.api, status, typ, err.Error())
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.limits.MaxRequestBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeAPIError(w, a.api, http.StatusRequestEntityTooLarge, errTooLarge, fmt.Sprintf("request body over %d bytes", g.limits.MaxRequestBytes))
-			return
-		}
-		writeAPIError(w, a.api, http.StatusBadRequest, errInvalidRequest, "reading the request body: "+err.Error())
-		return
-	}
-	req, err := a.parse(body)
-	if err != nil {
-		writeAPIError(w, a.api, http.StatusBadRequest, errInvalidRequest, err.Error())
+	grant, body, req, ok := g.readCall(w, r, a)
+	if !ok {
 		return
 	}
 	rt, ok := g.routes[req.Model]

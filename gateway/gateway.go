@@ -287,20 +287,20 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, out)
 }
 
-// serveCall serves one model call.
-func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
-	start := g.now()
-	ctx := r.Context()
+// readCall reads what every call starts with: a POST, authorized by its
+// token, whose body is within the limit and parses as a's. On a refusal it
+// has answered in a's format and ok is false.
+func (g *Gateway) readCall(w http.ResponseWriter, r *http.Request, a adapter) (grant Grant, body []byte, req callRequest, ok bool) {
 	if r.Method != http.MethodPost {
 		writeAPIError(w, a.api, http.StatusMethodNotAllowed, errInvalidRequest, "use POST")
 		return
 	}
-	grant, status, typ, err := g.authorize(ctx, r)
+	grant, status, typ, err := g.authorize(r.Context(), r)
 	if err != nil {
 		writeAPIError(w, a.api, status, typ, err.Error())
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.limits.MaxRequestBytes))
+	body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, g.limits.MaxRequestBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -310,9 +310,19 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 		writeAPIError(w, a.api, http.StatusBadRequest, errInvalidRequest, "reading the request body: "+err.Error())
 		return
 	}
-	req, err := a.parse(body)
-	if err != nil {
+	if req, err = a.parse(body); err != nil {
 		writeAPIError(w, a.api, http.StatusBadRequest, errInvalidRequest, err.Error())
+		return
+	}
+	return grant, body, req, true
+}
+
+// serveCall serves one model call.
+func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
+	start := g.now()
+	ctx := r.Context()
+	grant, body, req, ok := g.readCall(w, r, a)
+	if !ok {
 		return
 	}
 	rt, ok := g.routes[req.Model]
@@ -330,6 +340,7 @@ func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, a adapter) {
 	}
 	ext := callExtra{Rounds: 1}
 	if a.prepare != nil {
+		var err error
 		if ext, err = a.prepare(req, rt, r.Header); err != nil {
 			writeAPIError(w, a.api, http.StatusBadRequest, errInvalidRequest, err.Error())
 			return

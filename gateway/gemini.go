@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -765,28 +764,8 @@ func (g *Gateway) serveGeminiCount(w http.ResponseWriter, r *http.Request, model
 		},
 		endpoint: func(rt route) string { return geminiEndpoint(rt, geminiCount) },
 		response: func([]byte) (Usage, bool, error) { return Usage{}, true, nil }}
-	if r.Method != http.MethodPost {
-		writeAPIError(w, a.api, http.StatusMethodNotAllowed, errInvalidRequest, "use POST")
-		return
-	}
-	grant, status, typ, err := g.authorize(ctx, r)
-	if err != nil {
-		writeAPIError(w, a.api, status, typ, err.Error())
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.limits.MaxRequestBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeAPIError(w, a.api, http.StatusRequestEntityTooLarge, errTooLarge, fmt.Sprintf("request body over %d bytes", g.limits.MaxRequestBytes))
-			return
-		}
-		writeAPIError(w, a.api, http.StatusBadRequest, errInvalidRequest, "reading the request body: "+err.Error())
-		return
-	}
-	req, err := a.parse(body)
-	if err != nil {
-		writeAPIError(w, a.api, http.StatusBadRequest, errInvalidRequest, err.Error())
+	grant, body, req, ok := g.readCall(w, r, a)
+	if !ok {
 		return
 	}
 	rt, ok := g.routes[req.Model]
